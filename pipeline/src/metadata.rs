@@ -1,0 +1,195 @@
+//! `metadata.json` of a build or boot: what ran, with which tools, how long,
+//! and how it ended. Written atomically (temporary file + rename), so a reader
+//! never sees half a file.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// KCIDB-style status of a build or boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Pass,
+    Fail,
+    Error,
+}
+
+/// Versions of the tools a step ran with.
+pub type Versions = BTreeMap<String, String>;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BuildMetadata {
+    pub schema: u32,
+    /// The phyfarm command line that reproduces this build.
+    pub reproducer: String,
+    pub variant: String,
+    pub runtime: String,
+    pub kernel_package: String,
+    pub kernel_version: String,
+    /// Container image name and id (absent for `--runtime host`).
+    pub image: Option<ImageRef>,
+    pub tools: Versions,
+    /// sha256 of the final `.config`.
+    pub config_hash: Option<String>,
+    pub fragments: Vec<String>,
+    /// Seconds per stage, in the order they ran.
+    pub durations: Vec<(String, f64)>,
+    pub status: Status,
+    /// The first error lines of the log when the build failed.
+    pub log_excerpt: Vec<String>,
+    pub started: String,
+    pub finished: String,
+    pub artifacts: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImageRef {
+    pub name: String,
+    pub id: String,
+}
+
+/// Write `value` as pretty JSON to `path` atomically.
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    serde_json::to_writer_pretty(&mut tmp, value)?;
+    tmp.write_all(b"\n")?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Read `path` as JSON, or `None` when it does not exist.
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// UTC time as RFC 3339, without pulling in a date library.
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(secs)
+}
+
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The first lines of a build log that look like errors, at most `max`.
+pub fn error_excerpt(log: &str, max: usize) -> Vec<String> {
+    let is_error = |l: &str| {
+        l.contains("error:")
+            || l.contains("error[E")
+            || l.contains("Error ")
+            || l.starts_with("make: ***")
+            || l.contains("undefined reference")
+    };
+    let mut out: Vec<String> = log
+        .lines()
+        .filter(|l| is_error(l))
+        .take(max)
+        .map(|l| l.chars().take(400).collect())
+        .collect();
+    if out.is_empty() {
+        let lines: Vec<&str> = log.lines().collect();
+        let from = lines.len().saturating_sub(max);
+        out = lines[from..].iter().map(|l| l.to_string()).collect();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_798_243_199), "2026-12-25T23:59:59Z");
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("metadata.json");
+        write_json_atomic(&p, &serde_json::json!({"status": "PASS"})).unwrap();
+        write_json_atomic(&p, &serde_json::json!({"status": "FAIL"})).unwrap();
+        let v: serde_json::Value = read_json(&p).unwrap().unwrap();
+        assert_eq!(v["status"], "FAIL");
+        // No temporary files left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn excerpt_prefers_error_lines() {
+        let log =
+            "CC a.o\nfoo.c:1:2: error: bad\nmake[2]: *** [x] Error 1\nmake: *** [all] Error 2\n";
+        let ex = error_excerpt(log, 2);
+        assert_eq!(ex, ["foo.c:1:2: error: bad", "make[2]: *** [x] Error 1"]);
+        let ex = error_excerpt("a\nb\nc\n", 2);
+        assert_eq!(ex, ["b", "c"]);
+    }
+
+    #[test]
+    fn build_metadata_round_trips() {
+        let m = BuildMetadata {
+            schema: 1,
+            reproducer: "phyfarm build --variant rust".into(),
+            variant: "rust".into(),
+            runtime: "podman".into(),
+            kernel_package: "linux-source-6.12".into(),
+            kernel_version: "6.12.1-1".into(),
+            image: Some(ImageRef {
+                name: "localhost/phyfarm-kbuild:abc".into(),
+                id: "123".into(),
+            }),
+            tools: Versions::from([("rustc".to_string(), "1.85.1".to_string())]),
+            config_hash: None,
+            fragments: vec![],
+            durations: vec![("build".into(), 1.5)],
+            status: Status::Fail,
+            log_excerpt: vec!["error: x".into()],
+            started: now_rfc3339(),
+            finished: now_rfc3339(),
+            artifacts: BTreeMap::new(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.json");
+        write_json_atomic(&p, &m).unwrap();
+        let back: BuildMetadata = read_json(&p).unwrap().unwrap();
+        assert_eq!(back.status, Status::Fail);
+        assert_eq!(back.tools["rustc"], "1.85.1");
+        let raw = std::fs::read_to_string(&p).unwrap();
+        assert!(raw.contains("\"status\": \"FAIL\""), "{raw}");
+    }
+}

@@ -1,0 +1,73 @@
+//! `series.toml`: what a series folder under `patches/` says about itself.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{read_bounded, SeriesError};
+
+/// Largest manifest accepted, in bytes.
+const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+
+/// A series folder's `series.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Manifest {
+    /// Short name; the folder's name by convention.
+    pub name: String,
+    /// b4 change-id (`YYYYMMDD-<slug>-<12 hex>`), shared by every revision.
+    pub change_id: Option<String>,
+    /// Target tree (`net-next`).
+    pub tree: String,
+    pub description: Option<String>,
+    /// The tree the series is built on.
+    pub base: Base,
+    /// Revisions, oldest first.
+    #[serde(default, rename = "revision")]
+    pub revisions: Vec<Revision>,
+}
+
+/// The distro kernel source package a series is built on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Base {
+    /// Source package, e.g. `linux-source-6.12`.
+    pub package: String,
+    /// Distro and release, e.g. `debian trixie`.
+    pub distro: String,
+    /// Optional pin of the package version; without it the version that
+    /// was installed is recorded with every build.
+    pub version: Option<String>,
+}
+
+/// One revision folder (`v7/`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Revision {
+    pub version: u32,
+    /// Folder relative to the manifest.
+    pub dir: String,
+    /// What this revision is, for people (as posted, forward-port, ...).
+    pub note: Option<String>,
+}
+
+/// Read and check a `series.toml`.
+pub fn load_manifest(path: &Path) -> Result<Manifest, SeriesError> {
+    let bytes = read_bounded(path, MAX_MANIFEST_BYTES)?;
+    let bad = |reason: String| SeriesError::Manifest {
+        file: path.to_path_buf(),
+        reason,
+    };
+    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".to_string()))?;
+    let m: Manifest = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    for r in &m.revisions {
+        let dir = Path::new(&r.dir);
+        if dir.is_absolute() || dir.components().any(|c| c.as_os_str() == "..") {
+            return Err(bad(format!(
+                "revision v{}: dir {:?} must stay inside the series folder",
+                r.version, r.dir
+            )));
+        }
+    }
+    Ok(m)
+}
