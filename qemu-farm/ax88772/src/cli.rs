@@ -1,0 +1,288 @@
+//! Command line of `ax88772-emu`, turned into a validated configuration.
+
+use clap::{ArgGroup, Parser};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::addr::{SockAddr, WireSpec};
+use crate::descriptors::Variant;
+use crate::device::DeviceConfig;
+use crate::impair::Rng;
+use crate::mac::Addr0;
+use crate::phy::{LinkMode, Partner, Quirks};
+use crate::server::{OnDisconnect, UsbRole};
+
+const ABOUT: &str = "Emulated ASIX AX88772A USB 2.0 Ethernet adapter for QEMU's usb-redir.";
+
+const LONG_ABOUT: &str = "\
+Emulated ASIX AX88772A USB 2.0 Ethernet adapter for QEMU's usb-redir.
+
+The model speaks the usbredir protocol as the usb-host (the side that exports a
+device) to QEMU's `-device usb-redir`, and carries the adapter's Ethernet frames
+to a link partner over a QEMU `-netdev stream` or `-netdev dgram` socket.
+
+QEMU listens, the model connects (recommended; the adapter appears on connect,
+disappears when the model exits):
+  qemu-system-x86_64 ... -device qemu-xhci,id=xhci \\
+    -chardev socket,id=ur0,path=usb.sock,server=on,wait=off \\
+    -device usb-redir,chardev=ur0,bus=xhci.0
+  ax88772-emu --connect unix:usb.sock --wire dgram:unix:emu.sock,unix:partner.sock
+
+The model listens, QEMU connects (start the model first, wait for readiness):
+  ax88772-emu --listen unix:usb.sock --ready-file ready.json --ctl ctl.sock
+  qemu-system-x86_64 ... -chardev socket,id=ur0,path=usb.sock,reconnect=1 ...
+
+A physical adapter takes the model's place on the same QEMU command line:
+  usbredirect --device 0b95:772a --as 127.0.0.1:4000
+  with QEMU using -chardev socket,id=ur0,host=127.0.0.1,port=4000 (QEMU connects).
+  (`--to HOST:PORT` makes usbredirect connect to a server=on chardev instead.)
+
+Readiness: once every socket is bound, a line `I: ready {json}` goes to stderr
+and --ready-file (if given) is written atomically with the same JSON.
+
+Control socket (--ctl): JSON lines, one reply line per request, e.g.
+  {\"cmd\":\"link\",\"up\":false}   {\"cmd\":\"partner\",\"modes\":[\"10full\"],\"pause\":false}
+  {\"cmd\":\"quirks\",\"lpa_zero\":true}   {\"cmd\":\"impair\",\"loss\":0.01,\"seed\":7}
+  {\"cmd\":\"cable\",\"state\":\"open\",\"distance_m\":12}   {\"cmd\":\"counters\"}
+  {\"cmd\":\"pcap\",\"action\":\"start\",\"path\":\"wire.pcap\"}   {\"cmd\":\"phy\"}
+  {\"cmd\":\"describe\"}   {\"cmd\":\"usb\",\"action\":\"unplug\"}   {\"cmd\":\"ping\"}
+
+Addresses: unix:PATH, a path containing '/', or HOST:PORT (tcp: / udp: prefixes
+accepted). Wire: none | stream:ADDR (connect to -netdev stream,server=on) |
+stream-listen:ADDR (for -netdev stream,server=off) | dgram:LOCAL,REMOTE (for
+-netdev dgram with local/remote swapped).
+
+Logs: plain `I:`/`W:`/`E:` lines on stderr. Exit status: 0 QEMU went away (with
+--on-disconnect exit) or a signal; 2 the emulator could not run.";
+
+#[derive(Debug, Parser)]
+#[command(name = "ax88772-emu", version, about = ABOUT, long_about = LONG_ABOUT)]
+#[command(group(ArgGroup::new("usb").required(true).args(["connect", "listen"])))]
+pub struct Cli {
+    /// Connect to QEMU's usbredir chardev (server=on,wait=off).
+    #[arg(long, value_name = "ADDR")]
+    pub connect: Option<SockAddr>,
+    /// Listen for QEMU's usbredir chardev (server=off,reconnect=1).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SockAddr>,
+    /// What to do when QEMU goes away: exit, or wait for it again.
+    #[arg(long, value_enum, default_value = "exit")]
+    pub on_disconnect: OnDisconnect,
+    /// Give up if the first --connect does not succeed within this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub connect_timeout: u64,
+    /// Where Ethernet frames go (see above).
+    #[arg(long, value_name = "SPEC", default_value = "none")]
+    pub wire: WireSpec,
+    /// Control socket (unix path) for JSON-line commands.
+    #[arg(long, value_name = "PATH")]
+    pub ctl: Option<PathBuf>,
+    /// Write the readiness JSON here once every socket is bound.
+    #[arg(long, value_name = "PATH")]
+    pub ready_file: Option<PathBuf>,
+    /// Chip to model.
+    #[arg(long, value_enum, default_value = "772a")]
+    pub variant: Variant,
+    /// MAC address (default: locally administered, derived from --seed).
+    #[arg(long, value_name = "XX:XX:XX:XX:XX:XX", value_parser = parse_mac)]
+    pub mac: Option<[u8; 6]>,
+    /// Seed for the default MAC address and the impairment generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Override the PHY identifier (hex), e.g. 0x003b1881.
+    #[arg(long, value_name = "HEX", value_parser = parse_hex_u32)]
+    pub phy_id: Option<u32>,
+    /// MDIO address 0: alias of the internal PHY, or absent (reads 0xffff).
+    #[arg(long, value_enum, default_value = "alias")]
+    pub phy_addr0: Addr0,
+    /// Do not pace frames to the negotiated line rate.
+    #[arg(long)]
+    pub unpaced: bool,
+    /// Autonegotiation time in milliseconds (0: instant).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub autoneg_ms: u64,
+    /// Link partner modes, comma separated: 100full,100half,10full,10half.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "100full,100half,10full,10half", value_parser = parse_mode)]
+    pub partner_modes: Vec<LinkMode>,
+    /// The partner does not advertise pause.
+    #[arg(long)]
+    pub partner_no_pause: bool,
+    /// The partner does not autonegotiate (forced to its best mode).
+    #[arg(long)]
+    pub partner_forced: bool,
+    /// Partner quirk: LPA reads 0 after autonegotiation.
+    #[arg(long)]
+    pub quirk_lpa_zero: bool,
+    /// Partner quirk: after link loss the link needs a PHY reset to return.
+    #[arg(long)]
+    pub quirk_reset_after_link_loss: bool,
+    /// Start with the cable unplugged at the far end.
+    #[arg(long)]
+    pub link_down: bool,
+    /// Capture the wire to this pcap file from the start.
+    #[arg(long, value_name = "PATH")]
+    pub pcap: Option<PathBuf>,
+    /// Frames held between the wire and the guest.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub rx_queue: usize,
+    /// Trace every usbredir message and MDIO access.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only warnings and errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<_> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("'{s}' is not XX:XX:XX:XX:XX:XX"));
+    }
+    let mut m = [0u8; 6];
+    for (b, p) in m.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("'{p}' is not a hex byte"))?;
+    }
+    if m[0] & 1 != 0 || m == [0; 6] {
+        return Err(format!("'{s}' is not a valid unicast address"));
+    }
+    Ok(m)
+}
+
+fn parse_hex_u32(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0x"), 16).map_err(|e| format!("'{s}': {e}"))
+}
+
+fn parse_mode(s: &str) -> Result<LinkMode, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("'{s}': expected 100full, 100half, 10full or 10half"))
+}
+
+/// Locally administered unicast address from a seed: 02:xx:xx:xx:xx:xx.
+pub fn mac_from_seed(seed: u64) -> [u8; 6] {
+    let r = Rng::new(seed).next_u64().to_le_bytes();
+    [0x02, r[0], r[1], r[2], r[3], r[4]]
+}
+
+/// Everything `main` needs, validated.
+pub struct Settings {
+    pub device: DeviceConfig,
+    pub role: UsbRole,
+    pub on_disconnect: OnDisconnect,
+    pub connect_timeout: Duration,
+    pub wire: WireSpec,
+    pub ctl: Option<PathBuf>,
+    pub ready_file: Option<PathBuf>,
+    pub pcap: Option<PathBuf>,
+    pub link_down: bool,
+    pub seed: u64,
+    pub log_level: u8,
+}
+
+impl Cli {
+    pub fn settings(self) -> Settings {
+        let mut device =
+            DeviceConfig::new(self.variant, self.mac.unwrap_or(mac_from_seed(self.seed)));
+        if let Some(id) = self.phy_id {
+            device.phy_id = id;
+        }
+        device.addr0 = self.phy_addr0;
+        device.paced = !self.unpaced;
+        device.rx_queue_frames = self.rx_queue.max(1);
+        device.autoneg = Duration::from_millis(self.autoneg_ms);
+        device.partner = Partner {
+            autoneg: !self.partner_forced,
+            modes: self.partner_modes,
+            pause: !self.partner_no_pause,
+            asym_pause: false,
+        };
+        device.quirks = Quirks {
+            lpa_zero: self.quirk_lpa_zero,
+            reset_after_link_loss: self.quirk_reset_after_link_loss,
+        };
+        let role = match (self.connect, self.listen) {
+            (Some(a), _) => UsbRole::Connect(a),
+            (None, Some(a)) => UsbRole::Listen(a),
+            (None, None) => UsbRole::Connected,
+        };
+        Settings {
+            device,
+            role,
+            on_disconnect: self.on_disconnect,
+            connect_timeout: Duration::from_secs(self.connect_timeout),
+            wire: self.wire,
+            ctl: self.ctl,
+            ready_file: self.ready_file,
+            pcap: self.pcap,
+            link_down: self.link_down,
+            seed: self.seed,
+            log_level: if self.quiet {
+                0
+            } else {
+                1 + self.verbose.min(1)
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_typical_command_line() {
+        let cli = Cli::try_parse_from([
+            "ax88772-emu",
+            "--listen",
+            "unix:usb.sock",
+            "--wire",
+            "dgram:unix:a.sock,unix:b.sock",
+            "--partner-modes",
+            "10full,10half",
+            "--seed",
+            "5",
+            "--unpaced",
+        ])
+        .unwrap();
+        let s = cli.settings();
+        assert!(matches!(s.role, UsbRole::Listen(SockAddr::Unix(_))));
+        assert_eq!(
+            s.device.partner.modes,
+            vec![LinkMode::Full10, LinkMode::Half10]
+        );
+        assert_eq!(s.device.mac, mac_from_seed(5));
+        assert_eq!(s.device.mac[0], 0x02);
+        assert!(!s.device.paced);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(
+            Cli::try_parse_from(["ax88772-emu"]).is_err(),
+            "needs --connect or --listen"
+        );
+        let bad_mac = [
+            "ax88772-emu",
+            "--connect",
+            "h:1",
+            "--mac",
+            "01:00:00:00:00:01",
+        ];
+        assert!(Cli::try_parse_from(bad_mac).is_err(), "multicast MAC");
+        let bad_mode = [
+            "ax88772-emu",
+            "--connect",
+            "h:1",
+            "--partner-modes",
+            "1000full",
+        ];
+        assert!(Cli::try_parse_from(bad_mode).is_err());
+        let both = ["ax88772-emu", "--connect", "h:1", "--listen", "h:2"];
+        assert!(Cli::try_parse_from(both).is_err());
+    }
+
+    #[test]
+    fn seeds_give_distinct_macs() {
+        assert_ne!(mac_from_seed(1), mac_from_seed(2));
+        assert_eq!(mac_from_seed(1), mac_from_seed(1));
+    }
+}

@@ -1,0 +1,849 @@
+//! The adapter as seen over usbredir: takes decoded usbredir packets and
+//! wire frames, produces usbredir packets and wire frames. No I/O; time is
+//! passed in, so tests and the benchmark drive it directly.
+
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use usbredir::proto::cap;
+use usbredir::{BulkPacket, Caps, ControlPacket, Message, Packet, SmallDataPacket, Status};
+
+use crate::descriptors::{self, Variant, EP_BULK_IN, EP_BULK_OUT, EP_INTERRUPT};
+use crate::ep0::{Ep0, UsbState};
+use crate::framing::{self, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
+use crate::impair::{Fate, Impair, ImpairConfig};
+use crate::mac::{Addr0, Effects, Mac, Reply, Setup};
+use crate::pcap::Pcap;
+use crate::phy::{Partner, Phy, Quirks};
+use crate::{log_i, log_t, log_w};
+
+/// Capabilities the model announces: connect_device_version,
+/// device_disconnect_ack, ep_info_max_packet_size, 64-bit ids, 32-bit bulk
+/// length. qemu-xhci needs the last three.
+pub const OUR_CAPS: Caps = Caps(0x7a);
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceConfig {
+    pub variant: Variant,
+    #[serde(serialize_with = "ser_mac")]
+    pub mac: [u8; 6],
+    pub phy_id: u32,
+    pub addr0: Addr0,
+    /// Pace frames to the line rate of the MAC's medium mode.
+    pub paced: bool,
+    /// Frames held between the wire and the guest's bulk IN requests.
+    pub rx_queue_frames: usize,
+    #[serde(serialize_with = "ser_ms")]
+    pub autoneg: Duration,
+    pub partner: Partner,
+    pub quirks: Quirks,
+}
+
+fn ser_mac<S: serde::Serializer>(m: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_mac(m))
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+pub fn format_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+impl DeviceConfig {
+    pub fn new(variant: Variant, mac: [u8; 6]) -> DeviceConfig {
+        DeviceConfig {
+            variant,
+            mac,
+            phy_id: variant.phy_id(),
+            addr0: Addr0::Alias,
+            paced: true,
+            rx_queue_frames: 256,
+            autoneg: Duration::ZERO,
+            partner: Partner::default(),
+            quirks: Quirks::default(),
+        }
+    }
+}
+
+/// Frame and request counters (MDIO counts live in the PHY snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+    pub tx_dropped_no_link: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub rx_length_errors: u64,
+    pub rx_dropped_no_link: u64,
+    pub rx_dropped_gated: u64,
+    pub rx_filtered: u64,
+    pub rx_overflow: u64,
+    pub rx_too_big_for_request: u64,
+    pub impair_dropped: u64,
+    pub impair_corrupted: u64,
+    pub bulk_out_transfers: u64,
+    pub bulk_in_transfers: u64,
+    pub bulk_cancelled: u64,
+    pub control_requests: u64,
+    pub control_stalls: u64,
+    pub interrupt_packets: u64,
+    pub usb_resets: u64,
+    pub usbredir_errors: u64,
+}
+
+pub struct Device {
+    cfg: DeviceConfig,
+    serial: String,
+    mac: Mac,
+    phy: Phy,
+    usb: UsbState,
+    peer_caps: Option<Caps>,
+    announced: bool,
+    plugged: bool,
+    awaiting_ack: bool,
+    int_receiving: bool,
+    int_id: u64,
+    reported_link: Option<bool>,
+    bulk_in: VecDeque<(u64, u32)>,
+    out_done: VecDeque<(u64, u32, Instant)>,
+    tx_parser: TxParser,
+    tx_queue: VecDeque<(Instant, Vec<u8>)>,
+    rx_queue: VecDeque<(Instant, Vec<u8>)>,
+    tx_clock: Instant,
+    rx_clock: Instant,
+    impair: Impair,
+    counters: Counters,
+    pcap: Option<Pcap>,
+    usb_out: Vec<Packet>,
+    wire_out: Vec<Vec<u8>>,
+    now: Instant,
+}
+
+impl Device {
+    pub fn new(cfg: DeviceConfig, now: Instant) -> Device {
+        let mut phy = Phy::new(cfg.phy_id, now);
+        phy.set_autoneg_delay(cfg.autoneg);
+        phy.set_partner(cfg.partner.clone());
+        phy.set_quirks(cfg.quirks);
+        let serial = cfg.mac[3..].iter().map(|b| format!("{b:02X}")).collect();
+        Device {
+            mac: Mac::new(cfg.variant, cfg.mac, cfg.addr0),
+            phy,
+            serial,
+            usb: UsbState::default(),
+            peer_caps: None,
+            announced: false,
+            plugged: true,
+            awaiting_ack: false,
+            int_receiving: false,
+            int_id: 0,
+            reported_link: None,
+            bulk_in: VecDeque::new(),
+            out_done: VecDeque::new(),
+            tx_parser: TxParser::default(),
+            tx_queue: VecDeque::new(),
+            rx_queue: VecDeque::new(),
+            tx_clock: now,
+            rx_clock: now,
+            impair: Impair::new(ImpairConfig::default()),
+            counters: Counters::default(),
+            pcap: None,
+            usb_out: Vec::new(),
+            wire_out: Vec::new(),
+            now,
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+    pub fn phy(&self) -> &Phy {
+        &self.phy
+    }
+    pub fn phy_mut(&mut self) -> &mut Phy {
+        &mut self.phy
+    }
+    pub fn mac(&self) -> &Mac {
+        &self.mac
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    pub fn announced(&self) -> bool {
+        self.announced
+    }
+    /// Outstanding bulk IN requests.
+    pub fn pending_bulk_in(&self) -> usize {
+        self.bulk_in.len()
+    }
+
+    pub fn reset_counters(&mut self) {
+        self.counters = Counters::default();
+        self.phy.reset_counters();
+    }
+
+    /// usbredir packets to send, in order.
+    pub fn take_usb(&mut self) -> Vec<Packet> {
+        std::mem::take(&mut self.usb_out)
+    }
+
+    /// Frames to put on the wire, in order.
+    pub fn take_wire(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.wire_out)
+    }
+
+    /// Room for frames from the wire (callers stop reading when false).
+    pub fn rx_room(&self) -> bool {
+        self.rx_queue.len() < self.cfg.rx_queue_frames
+    }
+
+    fn tick(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+        self.phy.set_time(self.now);
+    }
+
+    fn send(&mut self, id: u64, msg: Message) {
+        self.usb_out.push(Packet::new(id, msg));
+    }
+
+    /// A new usbredir connection: everything from the previous one is gone,
+    /// and the adapter is freshly plugged in.
+    pub fn transport_opened(&mut self, now: Instant) {
+        self.tick(now);
+        self.peer_caps = None;
+        self.announced = false;
+        self.awaiting_ack = false;
+        self.power_on(false);
+        self.usb_out.clear();
+    }
+
+    pub fn transport_closed(&mut self, now: Instant) {
+        self.transport_opened(now);
+    }
+
+    /// Power-on state of the chip; pending transfers are answered as
+    /// cancelled when `answer` is set.
+    fn power_on(&mut self, answer: bool) {
+        for (id, _) in std::mem::take(&mut self.bulk_in) {
+            if answer {
+                self.send(id, cancelled(EP_BULK_IN));
+            }
+        }
+        for (id, _, _) in std::mem::take(&mut self.out_done) {
+            if answer {
+                self.send(id, cancelled(EP_BULK_OUT));
+            }
+        }
+        self.tx_parser.reset();
+        self.tx_queue.clear();
+        self.rx_queue.clear();
+        self.tx_clock = self.now;
+        self.rx_clock = self.now;
+        self.mac.reset();
+        self.phy.power_on_reset();
+        self.usb = UsbState::default();
+        self.int_receiving = false;
+        self.reported_link = None;
+    }
+
+    fn announce(&mut self) {
+        self.send(
+            0,
+            Message::InterfaceInfo(Box::new(descriptors::interface_info())),
+        );
+        self.send(0, Message::EpInfo(Box::new(descriptors::ep_info())));
+        self.send(
+            0,
+            Message::DeviceConnect(descriptors::device_connect(self.cfg.variant)),
+        );
+        self.announced = true;
+        log_i!(
+            "usb: device_connect {:04x}:{:04x} ({})",
+            descriptors::VENDOR_ASIX,
+            self.cfg.variant.product_id(),
+            self.cfg.variant.product()
+        );
+    }
+
+    fn both_have(&self, bit: u32) -> bool {
+        self.peer_caps.is_some_and(|c| c.common(OUR_CAPS).has(bit))
+    }
+
+    /// Simulate unplugging the adapter (device_disconnect).
+    pub fn unplug(&mut self, now: Instant) {
+        self.tick(now);
+        self.plugged = false;
+        if self.announced {
+            self.send(0, Message::DeviceDisconnect);
+            self.announced = false;
+            self.awaiting_ack = self.both_have(cap::DEVICE_DISCONNECT_ACK);
+            self.power_on(false);
+            log_i!("usb: device_disconnect");
+        }
+    }
+
+    /// Plug the adapter back in (after the peer acknowledged the unplug).
+    pub fn plug(&mut self, now: Instant) {
+        self.tick(now);
+        self.plugged = true;
+        if self.peer_caps.is_some() && !self.announced && !self.awaiting_ack {
+            self.power_on(false);
+            self.announce();
+        }
+    }
+
+    pub fn plugged(&self) -> bool {
+        self.plugged
+    }
+
+    /// Count a decoding error reported by the codec.
+    pub fn usbredir_error(&mut self) {
+        self.counters.usbredir_errors += 1;
+    }
+
+    /// Handle one packet from QEMU.
+    pub fn handle(&mut self, now: Instant, pkt: Packet) {
+        self.tick(now);
+        let id = pkt.id;
+        log_t!("usb: <- {} id {id:#x}", pkt.msg.name());
+        let configured = self.usb.configuration != 0;
+        match pkt.msg {
+            Message::Hello(h) => {
+                log_i!("usb: peer hello '{}' caps {:#x}", h.version, h.caps.0);
+                self.peer_caps = Some(h.caps);
+                if self.plugged {
+                    self.announce();
+                }
+            }
+            Message::Reset => {
+                self.counters.usb_resets += 1;
+                self.power_on(true);
+            }
+            Message::SetConfiguration { configuration } => {
+                let status = if configuration <= 1 {
+                    self.usb.configuration = configuration;
+                    self.send_infos();
+                    Status::SUCCESS
+                } else {
+                    log_w!("usb: set_configuration {configuration} refused");
+                    Status::INVAL
+                };
+                let configuration = self.usb.configuration;
+                self.send(
+                    id,
+                    Message::ConfigurationStatus {
+                        status,
+                        configuration,
+                    },
+                );
+            }
+            Message::GetConfiguration => {
+                let configuration = self.usb.configuration;
+                self.send(
+                    id,
+                    Message::ConfigurationStatus {
+                        status: Status::SUCCESS,
+                        configuration,
+                    },
+                );
+            }
+            Message::SetAltSetting { interface, alt } => {
+                if configured && interface == 0 && alt == 0 {
+                    self.send_infos();
+                    let m = Message::AltSettingStatus {
+                        status: Status::SUCCESS,
+                        interface,
+                        alt,
+                    };
+                    self.send(id, m);
+                } else {
+                    log_w!(
+                        "usb: set_alt_setting {interface}/{alt} refused (configuration {})",
+                        self.usb.configuration
+                    );
+                    let m = Message::AltSettingStatus {
+                        status: Status::INVAL,
+                        interface,
+                        alt: 255,
+                    };
+                    self.send(id, m);
+                }
+            }
+            Message::GetAltSetting { interface } => {
+                let (status, alt) = if configured && interface == 0 {
+                    (Status::SUCCESS, 0)
+                } else {
+                    (Status::INVAL, 255)
+                };
+                self.send(
+                    id,
+                    Message::AltSettingStatus {
+                        status,
+                        interface,
+                        alt,
+                    },
+                );
+            }
+            Message::StartInterruptReceiving { endpoint } => {
+                let ok = configured && endpoint == EP_INTERRUPT;
+                if ok {
+                    self.int_receiving = true;
+                    self.reported_link = None;
+                }
+                let status = if ok { Status::SUCCESS } else { Status::INVAL };
+                self.send(id, Message::InterruptReceivingStatus { status, endpoint });
+            }
+            Message::StopInterruptReceiving { endpoint } => {
+                let ok = endpoint == EP_INTERRUPT;
+                if ok {
+                    self.int_receiving = false;
+                }
+                let status = if ok { Status::SUCCESS } else { Status::INVAL };
+                self.send(id, Message::InterruptReceivingStatus { status, endpoint });
+            }
+            Message::StartIsoStream { endpoint, .. } | Message::StopIsoStream { endpoint } => {
+                self.send(
+                    id,
+                    Message::IsoStreamStatus {
+                        status: Status::INVAL,
+                        endpoint,
+                    },
+                );
+            }
+            Message::AllocBulkStreams { endpoints, .. }
+            | Message::FreeBulkStreams { endpoints } => {
+                let m = Message::BulkStreamsStatus {
+                    endpoints,
+                    no_streams: 0,
+                    status: Status::INVAL,
+                };
+                self.send(id, m);
+            }
+            Message::StartBulkReceiving {
+                stream_id,
+                endpoint,
+                ..
+            }
+            | Message::StopBulkReceiving {
+                stream_id,
+                endpoint,
+            } => {
+                let m = Message::BulkReceivingStatus {
+                    stream_id,
+                    endpoint,
+                    status: Status::INVAL,
+                };
+                self.send(id, m);
+            }
+            Message::CancelDataPacket => self.cancel(id),
+            Message::FilterReject => {
+                log_w!("usb: QEMU's filter rejected the device; staying disconnected");
+                self.announced = false;
+                self.plugged = false;
+            }
+            Message::FilterFilter { rules } => {
+                log_i!("usb: peer filter '{}'", String::from_utf8_lossy(&rules));
+            }
+            Message::DeviceDisconnectAck => {
+                self.awaiting_ack = false;
+                if self.plugged && self.peer_caps.is_some() && !self.announced {
+                    self.power_on(false);
+                    self.announce();
+                }
+            }
+            Message::ControlPacket(cp) => self.control(id, cp),
+            Message::BulkPacket(bp) => self.bulk(id, bp, configured),
+            Message::InterruptPacket(p) => {
+                log_w!(
+                    "usb: interrupt_packet for endpoint {:#04x} refused",
+                    p.endpoint
+                );
+                let m = SmallDataPacket {
+                    endpoint: p.endpoint,
+                    status: Status::STALL,
+                    ..Default::default()
+                };
+                self.send(id, Message::InterruptPacket(m));
+            }
+            Message::IsoPacket(p) => {
+                let m = SmallDataPacket {
+                    endpoint: p.endpoint,
+                    status: Status::INVAL,
+                    ..Default::default()
+                };
+                self.send(id, Message::IsoPacket(m));
+            }
+            other => log_w!("usb: unexpected {} ignored", other.name()),
+        }
+        self.poll(self.now);
+    }
+
+    fn send_infos(&mut self) {
+        self.send(
+            0,
+            Message::InterfaceInfo(Box::new(descriptors::interface_info())),
+        );
+        self.send(0, Message::EpInfo(Box::new(descriptors::ep_info())));
+    }
+
+    fn cancel(&mut self, id: u64) {
+        if let Some(i) = self.bulk_in.iter().position(|(x, _)| *x == id) {
+            self.bulk_in.remove(i);
+            self.counters.bulk_cancelled += 1;
+            self.send(id, cancelled(EP_BULK_IN));
+        } else if let Some(i) = self.out_done.iter().position(|(x, _, _)| *x == id) {
+            self.out_done.remove(i);
+            self.counters.bulk_cancelled += 1;
+            self.send(id, cancelled(EP_BULK_OUT));
+        } else {
+            log_t!("usb: cancel of unknown id {id:#x} (already completed)");
+        }
+    }
+
+    fn control(&mut self, id: u64, cp: ControlPacket) {
+        self.counters.control_requests += 1;
+        let s = Setup {
+            requesttype: cp.requesttype,
+            request: cp.request,
+            value: cp.value,
+            index: cp.index,
+            length: cp.length,
+        };
+        let mut effects = Effects::default();
+        let reply = Ep0 {
+            variant: self.cfg.variant,
+            serial: &self.serial,
+            usb: &mut self.usb,
+            mac: &mut self.mac,
+            phy: &mut self.phy,
+            effects: &mut effects,
+        }
+        .handle(&s, &cp.data);
+        if effects.flush_rx {
+            self.rx_queue.clear();
+        }
+        if effects.flush_tx {
+            self.tx_queue.clear();
+            self.tx_parser.reset();
+        }
+        let base = ControlPacket {
+            data: Vec::new(),
+            length: 0,
+            status: Status::SUCCESS,
+            ..cp
+        };
+        let reply = match reply {
+            Reply::Data(d) => ControlPacket {
+                length: d.len() as u16,
+                data: d,
+                ..base
+            },
+            Reply::Done(n) => ControlPacket { length: n, ..base },
+            Reply::Stall => {
+                self.counters.control_stalls += 1;
+                ControlPacket {
+                    status: Status::STALL,
+                    ..base
+                }
+            }
+        };
+        self.send(id, Message::ControlPacket(reply));
+    }
+
+    fn bulk(&mut self, id: u64, bp: BulkPacket, configured: bool) {
+        let ok_ep = bp.endpoint == EP_BULK_IN || bp.endpoint == EP_BULK_OUT;
+        if !configured || !ok_ep {
+            log_w!(
+                "usb: bulk_packet ep {:#04x} len {} refused (configuration {})",
+                bp.endpoint,
+                bp.length,
+                self.usb.configuration
+            );
+            let m = BulkPacket {
+                endpoint: bp.endpoint,
+                status: Status::STALL,
+                ..Default::default()
+            };
+            self.send(id, Message::BulkPacket(m));
+            return;
+        }
+        if bp.endpoint == EP_BULK_IN {
+            self.bulk_in.push_back((id, bp.length));
+            return;
+        }
+        self.counters.bulk_out_transfers += 1;
+        let o = self.tx_parser.push(&bp.data);
+        if o.bad_header {
+            self.counters.tx_errors += 1;
+            log_w!(
+                "tx: bad ASIX header in a {}-byte transfer; rest dropped",
+                bp.data.len()
+            );
+        }
+        self.counters.tx_errors += u64::from(o.oversized);
+        let mut ready = self.now;
+        for f in o.frames {
+            if let Some(t) = self.transmit(f) {
+                ready = ready.max(t);
+            }
+        }
+        self.out_done.push_back((id, bp.data.len() as u32, ready));
+    }
+
+    /// Send a guest frame towards the wire; returns when it has left.
+    fn transmit(&mut self, mut frame: Vec<u8>) -> Option<Instant> {
+        if self.phy.loopback() {
+            self.receive(frame);
+            return None;
+        }
+        if !self.phy.link_up() {
+            self.counters.tx_dropped_no_link += 1;
+            return None;
+        }
+        let depart = if self.cfg.paced {
+            let start = self.tx_clock.max(self.now);
+            self.tx_clock = start + framing::wire_time(frame.len(), self.mac.line_rate());
+            self.tx_clock
+        } else {
+            self.now
+        };
+        match self.impair.apply(true, &mut frame) {
+            Fate::Dropped => self.counters.impair_dropped += 1,
+            fate => {
+                if fate == Fate::Corrupted {
+                    self.counters.impair_corrupted += 1;
+                }
+                self.tx_queue.push_back((depart, frame));
+            }
+        }
+        Some(depart)
+    }
+
+    /// A frame arrived from the link partner.
+    pub fn wire_frame(&mut self, now: Instant, mut frame: Vec<u8>) {
+        self.tick(now);
+        self.capture(&frame);
+        if !self.phy.link_up() || self.phy.loopback() {
+            self.counters.rx_dropped_no_link += 1;
+            return;
+        }
+        if frame.len() < 14 || frame.len() > MAX_FRAME {
+            self.counters.rx_length_errors += 1;
+            return;
+        }
+        match self.impair.apply(false, &mut frame) {
+            Fate::Dropped => {
+                self.counters.impair_dropped += 1;
+                return;
+            }
+            Fate::Corrupted => self.counters.impair_corrupted += 1,
+            Fate::Pass => {}
+        }
+        self.receive(frame);
+        self.poll(self.now);
+    }
+
+    fn receive(&mut self, frame: Vec<u8>) {
+        if !self.mac.rx_enabled() {
+            self.counters.rx_dropped_gated += 1;
+            return;
+        }
+        if !self.mac.accepts(&frame) {
+            self.counters.rx_filtered += 1;
+            return;
+        }
+        if !self.rx_room() {
+            self.counters.rx_overflow += 1;
+            return;
+        }
+        let ready = if self.cfg.paced {
+            let start = self.rx_clock.max(self.now);
+            self.rx_clock = start + framing::wire_time(frame.len(), self.mac.line_rate());
+            self.rx_clock
+        } else {
+            self.now
+        };
+        self.rx_queue.push_back((ready, frame));
+    }
+
+    fn capture(&mut self, frame: &[u8]) {
+        if let Some(p) = &mut self.pcap {
+            if let Err(e) = p.write(frame) {
+                log_w!("pcap: {}: {e}; capture stopped", p.path().display());
+                self.pcap = None;
+            }
+        }
+    }
+
+    /// Run timers: frames leaving, OUT completions, bulk IN completions,
+    /// link-change interrupts. Returns when it next has something to do.
+    pub fn poll(&mut self, now: Instant) -> Option<Instant> {
+        self.tick(now);
+        let now = self.now;
+        if self.int_receiving && self.announced {
+            let link = self.phy.link_up();
+            if self.reported_link != Some(link) {
+                self.reported_link = Some(link);
+                let data = vec![0xa1, 0x00, u8::from(link), 0, 0, 0, 0, 0];
+                let p = SmallDataPacket {
+                    endpoint: EP_INTERRUPT,
+                    status: Status::SUCCESS,
+                    length: 8,
+                    data,
+                };
+                let id = self.int_id;
+                self.int_id += 1;
+                self.counters.interrupt_packets += 1;
+                self.send(id, Message::InterruptPacket(p));
+            }
+        }
+        while self.tx_queue.front().is_some_and(|(t, _)| *t <= now) {
+            if let Some((_, f)) = self.tx_queue.pop_front() {
+                self.counters.tx_frames += 1;
+                self.counters.tx_bytes += f.len() as u64;
+                self.capture(&f);
+                self.wire_out.push(f);
+            }
+        }
+        while let Some(&(id, len, t)) = self.out_done.front() {
+            if t > now {
+                break;
+            }
+            self.out_done.pop_front();
+            let m = BulkPacket {
+                endpoint: EP_BULK_OUT,
+                length: len,
+                ..Default::default()
+            };
+            self.send(id, Message::BulkPacket(m));
+        }
+        self.fill_bulk_in(now);
+        let mut next = self.phy.next_event();
+        let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+        if let Some((t, _)) = self.tx_queue.front() {
+            consider(*t);
+        }
+        if let Some((_, _, t)) = self.out_done.front() {
+            consider(*t);
+        }
+        if !self.bulk_in.is_empty() {
+            if let Some((t, _)) = self.rx_queue.front() {
+                consider(*t);
+            }
+        }
+        next
+    }
+
+    fn fill_bulk_in(&mut self, now: Instant) {
+        while let Some(&(id, len)) = self.bulk_in.front() {
+            if !self.rx_queue.front().is_some_and(|(t, _)| *t <= now) {
+                break;
+            }
+            let cap = (len as usize).min(MAX_RX_TRANSFER);
+            let mut buf = Vec::with_capacity(cap);
+            while let Some((t, f)) = self.rx_queue.front() {
+                if *t > now {
+                    break;
+                }
+                let rl = framing::rx_record_len(f.len());
+                if buf.len() + rl > cap {
+                    if buf.is_empty() {
+                        log_w!(
+                            "rx: {}-byte frame does not fit a {len}-byte request; dropped",
+                            f.len()
+                        );
+                        self.counters.rx_too_big_for_request += 1;
+                        self.rx_queue.pop_front();
+                        continue;
+                    }
+                    break;
+                }
+                if let Some((_, f)) = self.rx_queue.pop_front() {
+                    framing::push_rx_record(&mut buf, &f);
+                    self.counters.rx_frames += 1;
+                    self.counters.rx_bytes += f.len() as u64;
+                }
+            }
+            if buf.is_empty() {
+                continue;
+            }
+            self.bulk_in.pop_front();
+            self.counters.bulk_in_transfers += 1;
+            let m = BulkPacket {
+                endpoint: EP_BULK_IN,
+                length: buf.len() as u32,
+                data: buf,
+                ..Default::default()
+            };
+            self.send(id, Message::BulkPacket(m));
+        }
+    }
+
+    // Controls used by the control socket.
+
+    pub fn set_impair(&mut self, cfg: ImpairConfig) {
+        self.impair = Impair::new(cfg);
+    }
+
+    pub fn impair_config(&self) -> &ImpairConfig {
+        self.impair.config()
+    }
+
+    pub fn pcap_start(&mut self, path: &Path) -> std::io::Result<()> {
+        self.pcap_stop()?;
+        self.pcap = Some(Pcap::create(path)?);
+        Ok(())
+    }
+
+    /// Stop capturing; returns the number of frames written.
+    pub fn pcap_stop(&mut self) -> std::io::Result<u64> {
+        match self.pcap.take() {
+            Some(p) => p.finish(),
+            None => Ok(0),
+        }
+    }
+
+    pub fn pcap_path(&self) -> Option<&Path> {
+        self.pcap.as_ref().map(|p| p.path())
+    }
+
+    pub fn set_partner(&mut self, now: Instant, p: Partner) {
+        self.tick(now);
+        self.cfg.partner = p.clone();
+        self.phy.set_partner(p);
+    }
+
+    pub fn set_quirks(&mut self, now: Instant, q: Quirks) {
+        self.tick(now);
+        self.cfg.quirks = q;
+        self.phy.set_quirks(q);
+    }
+
+    pub fn set_autoneg_delay(&mut self, d: Duration) {
+        self.cfg.autoneg = d;
+        self.phy.set_autoneg_delay(d);
+    }
+}
+
+fn cancelled(endpoint: u8) -> Message {
+    Message::BulkPacket(BulkPacket {
+        endpoint,
+        status: Status::CANCELLED,
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+#[path = "device_tests.rs"]
+mod tests;

@@ -1,0 +1,384 @@
+use super::*;
+use crate::mac::cmd;
+use usbredir::Hello;
+
+const MAC: [u8; 6] = [0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc];
+
+fn hello() -> Packet {
+    Packet::new(
+        0,
+        Message::Hello(Hello {
+            version: "qemu".into(),
+            caps: Caps(0xff),
+            extra_caps: vec![],
+        }),
+    )
+}
+
+fn ctrl(
+    requesttype: u8,
+    request: u8,
+    value: u16,
+    index: u16,
+    length: u16,
+    data: Vec<u8>,
+) -> Message {
+    Message::ControlPacket(ControlPacket {
+        endpoint: requesttype & 0x80,
+        request,
+        requesttype,
+        value,
+        index,
+        length,
+        data,
+        ..Default::default()
+    })
+}
+
+fn bulk_in(len: u32) -> Message {
+    Message::BulkPacket(BulkPacket {
+        endpoint: EP_BULK_IN,
+        length: len,
+        ..Default::default()
+    })
+}
+
+fn bulk_out(data: Vec<u8>) -> Message {
+    Message::BulkPacket(BulkPacket {
+        endpoint: EP_BULK_OUT,
+        length: data.len() as u32,
+        data,
+        ..Default::default()
+    })
+}
+
+fn frame(dst: [u8; 6], len: usize) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend((6..len).map(|i| i as u8));
+    f
+}
+
+struct T {
+    d: Device,
+    t: Instant,
+}
+
+impl T {
+    fn new(paced: bool) -> T {
+        let t = Instant::now();
+        let mut cfg = DeviceConfig::new(Variant::Ax88772a, MAC);
+        cfg.paced = paced;
+        let mut d = Device::new(cfg, t);
+        d.transport_opened(t);
+        T { d, t }
+    }
+
+    fn send(&mut self, id: u64, m: Message) -> Vec<Packet> {
+        self.d.handle(self.t, Packet::new(id, m));
+        self.d.take_usb()
+    }
+
+    /// Hello, configuration, RX enabled at 100 Mbit/s.
+    fn up(paced: bool) -> T {
+        let mut t = T::new(paced);
+        t.send(0, hello().msg);
+        t.send(1, Message::SetConfiguration { configuration: 1 });
+        t.send(2, ctrl(0x40, cmd::WRITE_RX_CTL, 0x0088, 0, 0, vec![]));
+        t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0336, 0, 0, vec![]));
+        t
+    }
+}
+
+fn bulk_reply(p: &Packet) -> &BulkPacket {
+    match &p.msg {
+        Message::BulkPacket(b) => b,
+        m => panic!("expected bulk_packet, got {}", m.name()),
+    }
+}
+
+#[test]
+fn hello_announces_the_device() {
+    let mut t = T::new(true);
+    let out = t.send(0, hello().msg);
+    let names: Vec<_> = out.iter().map(|p| p.msg.name()).collect();
+    assert_eq!(names, ["interface_info", "ep_info", "device_connect"]);
+    let Message::DeviceConnect(dc) = &out[2].msg else {
+        unreachable!()
+    };
+    assert_eq!((dc.vendor_id, dc.product_id, dc.speed), (0x0b95, 0x772a, 2));
+    assert!(t.d.announced());
+}
+
+#[test]
+fn set_configuration_sends_infos_first() {
+    let mut t = T::new(true);
+    t.send(0, hello().msg);
+    let out = t.send(9, Message::SetConfiguration { configuration: 1 });
+    let names: Vec<_> = out.iter().map(|p| p.msg.name()).collect();
+    assert_eq!(names, ["interface_info", "ep_info", "configuration_status"]);
+    assert_eq!(
+        out[2],
+        Packet::new(
+            9,
+            Message::ConfigurationStatus {
+                status: Status::SUCCESS,
+                configuration: 1
+            }
+        )
+    );
+    let out = t.send(10, Message::SetConfiguration { configuration: 7 });
+    assert_eq!(
+        out[0].msg,
+        Message::ConfigurationStatus {
+            status: Status::INVAL,
+            configuration: 1
+        }
+    );
+}
+
+#[test]
+fn descriptor_and_vendor_stall() {
+    let mut t = T::up(true);
+    let out = t.send(0x55, ctrl(0x80, 6, 0x0100, 0, 64, vec![]));
+    let Message::ControlPacket(cp) = &out[0].msg else {
+        panic!()
+    };
+    assert_eq!(
+        (out[0].id, cp.status, cp.length, cp.data.len()),
+        (0x55, Status::SUCCESS, 18, 18)
+    );
+    let out = t.send(0x56, ctrl(0xc0, 0x77, 1, 2, 4, vec![]));
+    let Message::ControlPacket(cp) = &out[0].msg else {
+        panic!()
+    };
+    assert_eq!((cp.status, cp.length, cp.data.len()), (Status::STALL, 0, 0));
+    assert_eq!(t.d.counters().control_stalls, 1);
+}
+
+#[test]
+fn bulk_out_reaches_the_wire_unpaced() {
+    let mut t = T::up(false);
+    let f = frame([0xff; 6], 60);
+    let out = t.send(9, bulk_out(framing::tx_transfer(&f)));
+    assert_eq!(bulk_reply(&out[0]).length, 64);
+    assert_eq!(bulk_reply(&out[0]).status, Status::SUCCESS);
+    assert_eq!(t.d.take_wire(), vec![f]);
+    assert_eq!(t.d.counters().tx_frames, 1);
+}
+
+#[test]
+fn paced_bulk_out_completes_when_the_frame_left() {
+    let mut t = T::up(true);
+    let f = frame([0xff; 6], 1514);
+    let out = t.send(1, bulk_out(framing::tx_transfer(&f)));
+    assert!(out.is_empty(), "completion waits for the wire");
+    let out = t.send(2, bulk_out(framing::tx_transfer(&f)));
+    assert!(out.is_empty());
+    let next = t.d.poll(t.t).expect("a deadline");
+    assert_eq!(next, t.t + framing::wire_time(1514, 100_000_000));
+    t.d.poll(next);
+    let out = t.d.take_usb();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].id, 1);
+    assert_eq!(t.d.take_wire().len(), 1);
+    t.d.poll(next + framing::wire_time(1514, 100_000_000));
+    assert_eq!(t.d.take_usb()[0].id, 2, "in order");
+}
+
+#[test]
+fn wire_frames_batch_into_one_bulk_in() {
+    let mut t = T::up(false);
+    t.send(7, bulk_in(2048));
+    // Nothing yet: the request waits.
+    assert!(t.d.take_usb().is_empty());
+    let out = {
+        t.d.wire_frame(t.t, frame(MAC, 42));
+        t.d.take_usb()
+    };
+    assert_eq!(bulk_reply(&out[0]).data.len(), 46);
+    // Queue three frames first, then post one request.
+    for len in [42, 61, 100] {
+        t.d.wire_frame(t.t, frame(MAC, len));
+    }
+    let out = t.send(8, bulk_in(2048));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(b.data.len(), 46 + 66 + 104);
+    assert_eq!(b.length as usize, b.data.len());
+    assert_eq!(&b.data[46..50], &framing::header(61));
+    assert_eq!(t.d.counters().rx_frames, 4);
+}
+
+#[test]
+fn never_more_than_asked() {
+    let mut t = T::up(false);
+    for len in [60, 60, 60] {
+        t.d.wire_frame(t.t, frame(MAC, len));
+    }
+    let out = t.send(1, bulk_in(130));
+    assert_eq!(
+        bulk_reply(&out[0]).data.len(),
+        128,
+        "two 64-byte records fit 130"
+    );
+    let out = t.send(2, bulk_in(10));
+    assert!(out.is_empty(), "a 60-byte frame never fits 10 bytes");
+    assert_eq!(t.d.counters().rx_too_big_for_request, 1);
+}
+
+#[test]
+fn bulk_in_completes_in_order() {
+    let mut t = T::up(false);
+    t.send(11, bulk_in(2048));
+    t.send(12, bulk_in(2048));
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    t.d.wire_frame(t.t, frame(MAC, 61));
+    let ids: Vec<_> = t.d.take_usb().iter().map(|p| p.id).collect();
+    assert_eq!(ids, [11, 12]);
+}
+
+#[test]
+fn rx_gated_and_filtered() {
+    let mut t = T::new(false);
+    t.send(0, hello().msg);
+    t.send(1, Message::SetConfiguration { configuration: 1 });
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert_eq!(t.d.counters().rx_dropped_gated, 1);
+    let mut t = T::up(false);
+    t.d.wire_frame(t.t, frame([0x02, 0, 0, 0, 0, 9], 60));
+    assert_eq!(t.d.counters().rx_filtered, 1);
+}
+
+#[test]
+fn cancel_answers_cancelled_and_ignores_unknown_ids() {
+    let mut t = T::up(false);
+    t.send(21, bulk_in(2048));
+    t.send(22, bulk_in(2048));
+    let out = t.send(22, Message::CancelDataPacket);
+    assert_eq!(out[0].id, 22);
+    assert_eq!(bulk_reply(&out[0]).status, Status::CANCELLED);
+    assert!(t.send(99, Message::CancelDataPacket).is_empty());
+    assert_eq!(t.d.pending_bulk_in(), 1);
+}
+
+#[test]
+fn reset_cancels_pending_and_unconfigures() {
+    let mut t = T::up(false);
+    t.send(31, bulk_in(2048));
+    let out = t.send(0, Message::Reset);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].id, bulk_reply(&out[0]).status),
+        (31, Status::CANCELLED)
+    );
+    let out = t.send(32, bulk_in(2048));
+    assert_eq!(bulk_reply(&out[0]).status, Status::STALL);
+}
+
+#[test]
+fn out_of_order_requests_are_refused() {
+    let mut t = T::new(false);
+    t.send(0, hello().msg);
+    // Bulk and alt setting before SET_CONFIGURATION.
+    let out = t.send(1, bulk_out(vec![1, 2, 3, 4]));
+    assert_eq!(bulk_reply(&out[0]).status, Status::STALL);
+    let out = t.send(
+        2,
+        Message::SetAltSetting {
+            interface: 0,
+            alt: 0,
+        },
+    );
+    assert_eq!(
+        out[0].msg,
+        Message::AltSettingStatus {
+            status: Status::INVAL,
+            interface: 0,
+            alt: 255
+        }
+    );
+    let out = t.send(3, Message::StartInterruptReceiving { endpoint: 0x81 });
+    assert_eq!(
+        out[0].msg,
+        Message::InterruptReceivingStatus {
+            status: Status::INVAL,
+            endpoint: 0x81
+        }
+    );
+    // Unused protocol features are refused cleanly.
+    let out = t.send(
+        4,
+        Message::AllocBulkStreams {
+            endpoints: 4,
+            no_streams: 2,
+        },
+    );
+    assert_eq!(
+        out[0].msg,
+        Message::BulkStreamsStatus {
+            endpoints: 4,
+            no_streams: 0,
+            status: Status::INVAL
+        }
+    );
+    assert_eq!(t.d.counters().tx_frames, 0);
+}
+
+#[test]
+fn interrupt_endpoint_reports_link() {
+    let mut t = T::up(false);
+    let out = t.send(5, Message::StartInterruptReceiving { endpoint: 0x81 });
+    assert_eq!(
+        out[0].msg,
+        Message::InterruptReceivingStatus {
+            status: Status::SUCCESS,
+            endpoint: 0x81
+        }
+    );
+    let Message::InterruptPacket(p) = &out[1].msg else {
+        panic!("no interrupt packet")
+    };
+    assert_eq!((out[1].id, p.data[2] & 1), (0, 1));
+    t.d.phy_mut().set_carrier(false);
+    t.d.poll(t.t);
+    let out = t.d.take_usb();
+    let Message::InterruptPacket(p) = &out[0].msg else {
+        panic!("no interrupt packet")
+    };
+    assert_eq!((out[0].id, p.data.len(), p.data[2] & 1), (1, 8, 0));
+}
+
+#[test]
+fn unplug_waits_for_ack_before_replug() {
+    let mut t = T::up(false);
+    t.d.unplug(t.t);
+    assert_eq!(t.d.take_usb()[0].msg, Message::DeviceDisconnect);
+    t.d.plug(t.t);
+    assert!(t.d.take_usb().is_empty(), "waits for device_disconnect_ack");
+    let out = t.send(0, Message::DeviceDisconnectAck);
+    assert_eq!(out.last().map(|p| p.msg.name()), Some("device_connect"));
+}
+
+#[test]
+fn tx_dropped_without_link_and_looped_back_in_loopback() {
+    let mut t = T::up(false);
+    t.d.phy_mut().set_carrier(false);
+    t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    assert_eq!(t.d.counters().tx_dropped_no_link, 1);
+    t.d.phy_mut().write(crate::phy::reg::BMCR, 0x6100);
+    t.send(2, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    let out = t.send(3, bulk_in(2048));
+    assert_eq!(bulk_reply(&out[0]).data.len(), 64);
+    assert!(t.d.take_wire().is_empty());
+}
+
+#[test]
+fn impairment_loss_is_counted() {
+    let mut t = T::up(false);
+    t.d.set_impair(ImpairConfig {
+        loss: 1.0,
+        ..Default::default()
+    });
+    t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    assert!(t.d.take_wire().is_empty());
+    assert_eq!(t.d.counters().impair_dropped, 1);
+}

@@ -1,0 +1,211 @@
+//! Control endpoint: standard USB requests and dispatch to the ASIX vendor
+//! requests. Unknown requests STALL and are logged with their bytes.
+
+use crate::descriptors::{self, Variant};
+use crate::log_w;
+use crate::mac::{Effects, Mac, Reply, Setup};
+use crate::phy::Phy;
+
+const GET_STATUS: u8 = 0;
+const CLEAR_FEATURE: u8 = 1;
+const SET_FEATURE: u8 = 3;
+const SET_ADDRESS: u8 = 5;
+const GET_DESCRIPTOR: u8 = 6;
+const GET_CONFIGURATION: u8 = 8;
+const SET_CONFIGURATION: u8 = 9;
+const GET_INTERFACE: u8 = 10;
+const SET_INTERFACE: u8 = 11;
+
+/// USB-level state the standard requests touch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UsbState {
+    pub configuration: u8,
+    pub remote_wakeup: bool,
+    /// Halted endpoints, by usbredir endpoint index.
+    pub halted: u32,
+}
+
+pub struct Ep0<'a> {
+    pub variant: Variant,
+    pub serial: &'a str,
+    pub usb: &'a mut UsbState,
+    pub mac: &'a mut Mac,
+    pub phy: &'a mut Phy,
+    pub effects: &'a mut Effects,
+}
+
+fn data(mut v: Vec<u8>, length: u16) -> Reply {
+    v.truncate(usize::from(length));
+    Reply::Data(v)
+}
+
+impl Ep0<'_> {
+    /// Run one control request. `out_data` is the OUT data stage.
+    pub fn handle(&mut self, s: &Setup, out_data: &[u8]) -> Reply {
+        let reply = match s.requesttype & 0x60 {
+            0x00 => self.standard(s),
+            0x40 if s.requesttype & 0x1f == 0 => {
+                self.mac.vendor(self.phy, s, out_data, self.effects)
+            }
+            _ => Reply::Stall,
+        };
+        if reply == Reply::Stall {
+            log_w!("usb: STALL for {s} data={:02x?}", out_data);
+        }
+        reply
+    }
+
+    fn standard(&mut self, s: &Setup) -> Reply {
+        let recipient = s.requesttype & 0x1f;
+        match (s.is_in(), s.request) {
+            (true, GET_DESCRIPTOR) if recipient == 0 => self.descriptor(s),
+            (true, GET_STATUS) => match recipient {
+                0 => data(
+                    vec![0x01 | (u8::from(self.usb.remote_wakeup) << 1), 0],
+                    s.length,
+                ),
+                1 => data(vec![0, 0], s.length),
+                2 => {
+                    let i = usbredir::ep_index(s.index as u8);
+                    data(vec![u8::from(self.usb.halted & (1 << i) != 0), 0], s.length)
+                }
+                _ => Reply::Stall,
+            },
+            (true, GET_CONFIGURATION) => data(vec![self.usb.configuration], s.length),
+            (true, GET_INTERFACE) if s.index == 0 => data(vec![0], s.length),
+            (false, CLEAR_FEATURE | SET_FEATURE) => {
+                let set = s.request == SET_FEATURE;
+                match (recipient, s.value) {
+                    (0, 1) => self.usb.remote_wakeup = set,
+                    (2, 0) => {
+                        let bit = 1 << usbredir::ep_index(s.index as u8);
+                        if set {
+                            self.usb.halted |= bit;
+                        } else {
+                            self.usb.halted &= !bit;
+                        }
+                    }
+                    _ => return Reply::Stall,
+                }
+                Reply::Done(0)
+            }
+            (false, SET_ADDRESS) => Reply::Done(0),
+            (false, SET_CONFIGURATION) if s.value <= 1 => {
+                self.usb.configuration = s.value as u8;
+                Reply::Done(0)
+            }
+            (false, SET_INTERFACE) if s.index == 0 && s.value == 0 => Reply::Done(0),
+            _ => Reply::Stall,
+        }
+    }
+
+    fn descriptor(&self, s: &Setup) -> Reply {
+        let [index, kind] = s.value.to_le_bytes();
+        let v = match kind {
+            1 => descriptors::device_descriptor(self.variant).to_vec(),
+            2 if index == 0 => descriptors::config_descriptor().to_vec(),
+            3 => match descriptors::string_descriptor(self.variant, index, self.serial) {
+                Some(d) => d,
+                None => return Reply::Stall,
+            },
+            6 => descriptors::device_qualifier().to_vec(),
+            _ => return Reply::Stall,
+        };
+        data(v, s.length)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mac::Addr0;
+    use std::time::Instant;
+
+    fn run(s: Setup) -> Reply {
+        let mut usb = UsbState::default();
+        let mut mac = Mac::new(Variant::Ax88772a, [2, 0, 0, 0, 0, 1], Addr0::Alias);
+        let mut phy = Phy::new(crate::phy::PHY_ID_AX88772A, Instant::now());
+        let mut effects = Effects::default();
+        let mut ep0 = Ep0 {
+            variant: Variant::Ax88772a,
+            serial: "000001",
+            usb: &mut usb,
+            mac: &mut mac,
+            phy: &mut phy,
+            effects: &mut effects,
+        };
+        ep0.handle(&s, &[])
+    }
+
+    fn get(value: u16, length: u16) -> Setup {
+        Setup {
+            requesttype: 0x80,
+            request: 6,
+            value,
+            index: 0,
+            length,
+        }
+    }
+
+    #[test]
+    fn descriptors_are_cut_to_wlength() {
+        let Reply::Data(d) = run(get(0x0100, 64)) else {
+            panic!("stall")
+        };
+        assert_eq!(d.len(), 18);
+        let Reply::Data(d) = run(get(0x0100, 8)) else {
+            panic!("stall")
+        };
+        assert_eq!(d, [0x12, 0x01, 0x00, 0x02, 0xff, 0xff, 0x00, 0x40]);
+        let Reply::Data(d) = run(get(0x0200, 9)) else {
+            panic!("stall")
+        };
+        assert_eq!(&d[2..4], &[39, 0]);
+        let Reply::Data(d) = run(get(0x0303, 255)) else {
+            panic!("stall")
+        };
+        assert_eq!(d.len(), 2 + 12);
+    }
+
+    #[test]
+    fn unknown_requests_stall() {
+        assert_eq!(run(get(0x0f00, 5)), Reply::Stall, "no BOS");
+        assert_eq!(run(get(0x0309, 255)), Reply::Stall, "no string 9");
+        let class = Setup {
+            requesttype: 0xa1,
+            request: 1,
+            value: 0,
+            index: 0,
+            length: 4,
+        };
+        assert_eq!(run(class), Reply::Stall);
+        let vendor_iface = Setup {
+            requesttype: 0xc1,
+            request: 0x13,
+            value: 0,
+            index: 0,
+            length: 6,
+        };
+        assert_eq!(run(vendor_iface), Reply::Stall);
+    }
+
+    #[test]
+    fn status_and_features() {
+        let st = Setup {
+            requesttype: 0x80,
+            request: 0,
+            value: 0,
+            index: 0,
+            length: 2,
+        };
+        assert_eq!(run(st), Reply::Data(vec![1, 0]));
+        let clear = Setup {
+            requesttype: 0x02,
+            request: 1,
+            value: 0,
+            index: 0x82,
+            length: 0,
+        };
+        assert_eq!(run(clear), Reply::Done(0));
+    }
+}

@@ -1,0 +1,146 @@
+//! Seeded loss and corruption on the wire.
+
+use serde::{Deserialize, Serialize};
+
+/// SplitMix64: small, seedable, reproducible across platforms.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Which direction an impairment applies to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Guest to wire.
+    Tx,
+    /// Wire to guest.
+    Rx,
+    #[default]
+    Both,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImpairConfig {
+    /// Probability that a frame is dropped.
+    pub loss: f64,
+    /// Probability that one bit of a frame is flipped.
+    pub corrupt: f64,
+    pub direction: Direction,
+    pub seed: u64,
+}
+
+/// What happened to a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    Pass,
+    Dropped,
+    Corrupted,
+}
+
+#[derive(Clone, Debug)]
+pub struct Impair {
+    cfg: ImpairConfig,
+    rng: Rng,
+}
+
+impl Impair {
+    pub fn new(cfg: ImpairConfig) -> Impair {
+        let rng = Rng::new(cfg.seed);
+        Impair { cfg, rng }
+    }
+
+    pub fn config(&self) -> &ImpairConfig {
+        &self.cfg
+    }
+
+    fn applies(&self, tx: bool) -> bool {
+        match self.cfg.direction {
+            Direction::Both => true,
+            Direction::Tx => tx,
+            Direction::Rx => !tx,
+        }
+    }
+
+    /// Decide a frame's fate; corrupts it in place when so decided.
+    pub fn apply(&mut self, tx: bool, frame: &mut [u8]) -> Fate {
+        if !self.applies(tx) || (self.cfg.loss <= 0.0 && self.cfg.corrupt <= 0.0) {
+            return Fate::Pass;
+        }
+        if self.rng.unit() < self.cfg.loss {
+            return Fate::Dropped;
+        }
+        if !frame.is_empty() && self.rng.unit() < self.cfg.corrupt {
+            let bit = (self.rng.next_u64() % (frame.len() as u64 * 8)) as usize;
+            frame[bit / 8] ^= 1 << (bit % 8);
+            return Fate::Corrupted;
+        }
+        Fate::Pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seed: u64) -> Vec<Fate> {
+        let cfg = ImpairConfig {
+            loss: 0.3,
+            corrupt: 0.3,
+            seed,
+            ..Default::default()
+        };
+        let mut i = Impair::new(cfg);
+        (0..200).map(|_| i.apply(true, &mut [0u8; 64])).collect()
+    }
+
+    #[test]
+    fn same_seed_same_fates() {
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+        let drops = run(7).iter().filter(|f| **f == Fate::Dropped).count();
+        assert!((30..90).contains(&drops), "{drops} drops of 200 at p=0.3");
+    }
+
+    #[test]
+    fn corruption_flips_one_bit() {
+        let cfg = ImpairConfig {
+            corrupt: 1.0,
+            ..Default::default()
+        };
+        let mut i = Impair::new(cfg);
+        let mut f = [0u8; 16];
+        assert_eq!(i.apply(false, &mut f), Fate::Corrupted);
+        assert_eq!(f.iter().map(|b| b.count_ones()).sum::<u32>(), 1);
+    }
+
+    #[test]
+    fn direction_filter() {
+        let cfg = ImpairConfig {
+            loss: 1.0,
+            direction: Direction::Rx,
+            ..Default::default()
+        };
+        let mut i = Impair::new(cfg);
+        assert_eq!(i.apply(true, &mut [0; 4]), Fate::Pass);
+        assert_eq!(i.apply(false, &mut [0; 4]), Fate::Dropped);
+    }
+}

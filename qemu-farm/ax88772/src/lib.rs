@@ -1,0 +1,18 @@
+//! Emulated ASIX AX88772A USB 2.0 Ethernet adapter, served to QEMU's
+//! `usb-redir` device over the usbredir protocol.
+
+pub mod addr;
+pub mod cli;
+pub mod ctl;
+pub mod descriptors;
+pub mod device;
+pub mod ep0;
+pub mod framing;
+pub mod impair;
+pub mod log;
+pub mod mac;
+pub mod net;
+pub mod pcap;
+pub mod phy;
+pub mod server;
+pub mod wire;

@@ -1,0 +1,216 @@
+use super::*;
+use crate::phy::PHY_ID_AX88772A;
+use std::time::Instant;
+
+const MAC: [u8; 6] = [0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc];
+
+fn setup() -> (Mac, Phy) {
+    (
+        Mac::new(Variant::Ax88772a, MAC, Addr0::Alias),
+        Phy::new(PHY_ID_AX88772A, Instant::now()),
+    )
+}
+
+fn rd(m: &mut Mac, p: &mut Phy, request: u8, value: u16, index: u16, length: u16) -> Reply {
+    let s = Setup {
+        requesttype: 0xc0,
+        request,
+        value,
+        index,
+        length,
+    };
+    m.vendor(p, &s, &[], &mut Effects::default())
+}
+
+fn wr(m: &mut Mac, p: &mut Phy, request: u8, value: u16, index: u16, data: &[u8]) -> Reply {
+    let s = Setup {
+        requesttype: 0x40,
+        request,
+        value,
+        index,
+        length: data.len() as u16,
+    };
+    m.vendor(p, &s, data, &mut Effects::default())
+}
+
+#[test]
+fn bind_reads_have_exact_lengths() {
+    let (mut m, mut p) = setup();
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_NODE_ID, 0, 0, 6),
+        Reply::Data(MAC.to_vec())
+    );
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_PHY_ID, 0, 0, 2),
+        Reply::Data(vec![0x00, 0x10])
+    );
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::STATMNGSTS_REG, 0, 0, 1),
+        Reply::Data(vec![0x10])
+    );
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::STATMNGSTS_REG, 0, 0, 1),
+        Reply::Data(vec![0x11])
+    );
+    // Never more than asked.
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_NODE_ID, 0, 0, 4),
+        Reply::Data(MAC[..4].to_vec())
+    );
+}
+
+#[test]
+fn hw_reset_sequence() {
+    let (mut m, mut p) = setup();
+    assert_eq!(
+        wr(&mut m, &mut p, cmd::WRITE_GPIOS, 0x0080, 0, &[]),
+        Reply::Done(0)
+    );
+    wr(&mut m, &mut p, cmd::SW_PHY_SELECT, 0x0011, 0, &[]);
+    wr(&mut m, &mut p, cmd::SW_RESET, 0x0060, 0, &[]);
+    assert_eq!(p.state(), crate::phy::PhyState::Reset);
+    wr(&mut m, &mut p, cmd::SW_RESET, 0x0020, 0, &[]);
+    wr(&mut m, &mut p, cmd::SW_RESET, 0x0000, 0, &[]);
+    assert_eq!(p.state(), crate::phy::PhyState::Reset);
+    wr(&mut m, &mut p, cmd::SW_RESET, 0x0020, 0, &[]);
+    assert!(p.link_up());
+    // Vendor PHY registers at address 0 (aliased) already hold the defaults.
+    let r = rd(&mut m, &mut p, cmd::READ_MII_REG, 0, 0x14, 2);
+    assert_eq!(r, Reply::Data(vec![0x2c, 0x44]));
+    wr(&mut m, &mut p, cmd::WRITE_IPG0, 0x001d, 0x0012, &[]);
+    assert_eq!(m.ipg, [0x001d, 0x0012]);
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0088, 0, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_MEDIUM_MODE, 0x0306, 0, &[]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_RX_CTL, 0, 0, 2),
+        Reply::Data(vec![0x88, 0x00])
+    );
+    let r = rd(&mut m, &mut p, cmd::READ_MEDIUM_STATUS, 0, 0, 2);
+    assert_eq!(r, Reply::Data(vec![0x06, 0x03]));
+    assert!(m.rx_enabled());
+    assert_eq!(m.line_rate(), 100_000_000);
+}
+
+#[test]
+fn mdio_reaches_the_phy_at_0x10_only() {
+    let (mut m, mut p) = setup();
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 2, 2),
+        Reply::Data(vec![0x3b, 0x00])
+    );
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_MII_REG, 0x05, 2, 2),
+        Reply::Data(vec![0xff, 0xff])
+    );
+    wr(
+        &mut m,
+        &mut p,
+        cmd::WRITE_MII_REG,
+        0x10,
+        0x04,
+        &[0xe1, 0x0d],
+    );
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 4, 2),
+        Reply::Data(vec![0xe1, 0x0d])
+    );
+    let mut absent = Mac::new(Variant::Ax88772a, MAC, Addr0::Absent);
+    let r = rd(&mut absent, &mut p, cmd::READ_MII_REG, 0, 2, 2);
+    assert_eq!(r, Reply::Data(vec![0xff, 0xff]), "address 0 never reads 0");
+}
+
+#[test]
+fn short_data_stage_stalls() {
+    let (mut m, mut p) = setup();
+    assert_eq!(
+        wr(&mut m, &mut p, cmd::WRITE_MII_REG, 0x10, 0, &[1]),
+        Reply::Stall
+    );
+    assert_eq!(
+        wr(&mut m, &mut p, cmd::WRITE_NODE_ID, 0, 0, &[1, 2, 3]),
+        Reply::Stall
+    );
+    assert_eq!(m.node_id, MAC);
+}
+
+#[test]
+fn unknown_vendor_requests_stall() {
+    let (mut m, mut p) = setup();
+    assert_eq!(rd(&mut m, &mut p, 0x55, 0, 0, 4), Reply::Stall);
+    assert_eq!(wr(&mut m, &mut p, 0x56, 0, 0, &[]), Reply::Stall);
+    // Direction matters: 0x14 IN is not a request.
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::WRITE_NODE_ID, 0, 0, 6),
+        Reply::Stall
+    );
+}
+
+#[test]
+fn eeprom_mac_words_and_protection() {
+    let (mut m, mut p) = setup();
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_EEPROM, 4, 0, 2),
+        Reply::Data(vec![0x02, 0x00])
+    );
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_EEPROM, 6, 0, 2),
+        Reply::Data(vec![0xbb, 0xcc])
+    );
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 4, 0x1234, &[]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_EEPROM, 4, 0, 2),
+        Reply::Data(vec![0x02, 0x00])
+    );
+    wr(&mut m, &mut p, cmd::WRITE_ENABLE, 0, 0, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 4, 0x3412, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_DISABLE, 0, 0, &[]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_EEPROM, 4, 0, 2),
+        Reply::Data(vec![0x12, 0x34])
+    );
+    // GPIO RSE reloads the node id from the EEPROM.
+    wr(&mut m, &mut p, cmd::WRITE_GPIOS, 0x0080, 0, &[]);
+    assert_eq!(m.node_id[..2], [0x12, 0x34]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_EEPROM, 300, 0, 2),
+        Reply::Data(vec![0xff, 0xff])
+    );
+}
+
+#[test]
+fn rx_filter() {
+    let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0088, 0, &[]);
+    assert!(m.accepts(&MAC));
+    assert!(m.accepts(&[0xff; 6]));
+    assert!(!m.accepts(&[0x02, 0, 0, 0, 0, 1]));
+    let all_nodes = [0x33, 0x33, 0, 0, 0, 1];
+    assert!(!m.accepts(&all_nodes));
+    // The filter Linux writes for 33:33:00:00:00:01 (bit 62).
+    wr(
+        &mut m,
+        &mut p,
+        cmd::WRITE_MULTI_FILTER,
+        0,
+        0,
+        &[0, 0, 0, 0, 0, 0, 0, 0x40],
+    );
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0098, 0, &[]);
+    assert!(m.accepts(&all_nodes));
+    assert!(!m.accepts(&[0x01, 0, 0x5e, 0, 0, 1]));
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0089, 0, &[]);
+    assert!(m.accepts(&[0x02, 0, 0, 0, 0, 1]), "promiscuous");
+}
+
+#[test]
+fn ether_crc_matches_linux() {
+    assert_eq!(ether_crc(&[0x33, 0x33, 0, 0, 0, 1]) >> 26, 62);
+    assert_eq!(ether_crc(&[0x01, 0x00, 0x5e, 0, 0, 1]) >> 26, 31);
+}
+
+#[test]
+fn chip_codes() {
+    let m = Mac::new(Variant::Ax88772b, MAC, Addr0::Alias);
+    assert_eq!(m.statmngsts() & 0x70, 0x20);
+}

@@ -1,0 +1,261 @@
+use super::*;
+use proptest::prelude::*;
+
+fn phy() -> (Phy, Instant) {
+    let t = Instant::now();
+    (Phy::new(PHY_ID_AX88772A, t), t)
+}
+
+#[test]
+fn identity_and_power_on_values() {
+    let (mut p, _) = phy();
+    assert_eq!(p.read(reg::PHYSID1), 0x003b);
+    assert_eq!(p.read(reg::PHYSID2), 0x1861);
+    assert_eq!(p.read(reg::BMCR), 0x3100);
+    assert_eq!(p.read(reg::ADVERTISE), 0x01e1);
+    assert_eq!(p.read(reg::BMSR), 0x782d);
+    assert_eq!(p.read(reg::BMSR) & 0x0100, 0, "ESTATEN must stay 0");
+    assert_eq!(p.read(reg::LPA), 0x45e1);
+    assert_eq!(p.read(reg::VENDOR_14), 0x442c);
+    assert_eq!(p.read(reg::VENDOR_15), 0x03c8);
+    assert_eq!(p.read(reg::VENDOR_16), 0x4044);
+    assert_eq!(p.state(), PhyState::LinkUp);
+}
+
+#[test]
+fn reset_bit_self_clears_and_restores_defaults() {
+    let (mut p, _) = phy();
+    p.write(reg::ADVERTISE, 0x0de1);
+    p.write(reg::BMCR, 0x3900);
+    assert_eq!(p.state(), PhyState::LinkDown);
+    p.write(reg::BMCR, 0x8200);
+    assert_eq!(p.read(reg::BMCR) & bmcr::RESET, 0);
+    assert_eq!(p.read(reg::BMCR), 0x3100);
+    assert_eq!(p.read(reg::ADVERTISE), 0x01e1);
+    assert!(p.link_up());
+}
+
+#[test]
+fn anrestart_self_clears() {
+    let (mut p, _) = phy();
+    p.write(reg::BMCR, 0x3300);
+    assert_eq!(p.read(reg::BMCR) & bmcr::ANRESTART, 0);
+    assert_eq!(p.read(reg::BMCR), 0x3100);
+}
+
+#[test]
+fn link_status_is_latched_low() {
+    let (mut p, _) = phy();
+    assert_ne!(p.read(reg::BMSR) & bmsr::LSTATUS, 0);
+    p.set_carrier(false);
+    p.set_carrier(true);
+    assert!(p.link_up());
+    assert_eq!(
+        p.read(reg::BMSR) & bmsr::LSTATUS,
+        0,
+        "first read shows the drop"
+    );
+    assert_ne!(
+        p.read(reg::BMSR) & bmsr::LSTATUS,
+        0,
+        "second read shows the link"
+    );
+    assert_eq!(p.snapshot().link_downs, 1);
+}
+
+#[test]
+fn lpa_follows_partner() {
+    let (mut p, _) = phy();
+    p.set_partner(Partner {
+        pause: false,
+        ..Partner::default()
+    });
+    assert_eq!(p.read(reg::LPA), 0x41e1);
+    p.set_partner(Partner {
+        modes: vec![LinkMode::Full10, LinkMode::Half10],
+        ..Partner::default()
+    });
+    assert_eq!(p.read(reg::LPA), 0x4461);
+    assert_eq!(p.read(reg::BMCR), 0x1100, "BMCR shows the resolved 10/full");
+    let s = p.snapshot();
+    assert_eq!(
+        (s.speed, s.full_duplex, s.pause),
+        (Some(10), Some(true), false)
+    );
+    p.write(reg::ADVERTISE, 0x0de1); // what Linux advertises
+    p.write(reg::BMCR, 0x3300);
+    assert!(p.snapshot().pause, "pause needs both sides");
+}
+
+#[test]
+fn advertise_limits_the_result() {
+    let (mut p, _) = phy();
+    p.write(reg::ADVERTISE, 0x0061); // 10 only
+    p.write(reg::BMCR, 0x3300);
+    assert_eq!(p.snapshot().speed, Some(10));
+    p.write(reg::ADVERTISE, 0x0001); // nothing in common
+    p.write(reg::BMCR, 0x3300);
+    assert_eq!(p.state(), PhyState::LinkDown);
+    assert!(p.snapshot().autoneg_complete);
+}
+
+#[test]
+fn forced_speed_and_duplex() {
+    let (mut p, _) = phy();
+    p.write(reg::BMCR, bmcr::FULLDPLX); // 10/full, autoneg off
+    let s = p.snapshot();
+    assert_eq!(
+        (s.state, s.speed, s.full_duplex),
+        (PhyState::LinkUp, Some(10), Some(true))
+    );
+    assert_eq!(p.read(reg::LPA), 0);
+    p.set_partner(Partner {
+        autoneg: false,
+        modes: vec![LinkMode::Full100],
+        ..Partner::default()
+    });
+    assert_eq!(
+        p.state(),
+        PhyState::LinkDown,
+        "forced 10 against forced 100"
+    );
+    p.write(reg::BMCR, bmcr::SPEED100);
+    assert_eq!(p.snapshot().speed, Some(100));
+    assert_eq!(p.snapshot().full_duplex, Some(false));
+}
+
+#[test]
+fn parallel_detection_gives_half_duplex() {
+    let (mut p, _) = phy();
+    p.set_partner(Partner {
+        autoneg: false,
+        modes: vec![LinkMode::Full100],
+        ..Partner::default()
+    });
+    let s = p.snapshot();
+    assert_eq!((s.speed, s.full_duplex, s.lpa), (Some(100), Some(false), 0));
+}
+
+#[test]
+fn autoneg_takes_time() {
+    let (mut p, t0) = phy();
+    p.set_autoneg_delay(Duration::from_millis(1500));
+    p.write(reg::BMCR, 0x3300);
+    assert_eq!(p.state(), PhyState::Autoneg);
+    assert_eq!(p.read(reg::BMSR) & (bmsr::LSTATUS | bmsr::ANEGCOMPLETE), 0);
+    assert_eq!(p.next_event(), Some(t0 + Duration::from_millis(1500)));
+    p.set_time(t0 + Duration::from_millis(1499));
+    assert_eq!(p.state(), PhyState::Autoneg);
+    p.set_time(t0 + Duration::from_millis(1500));
+    assert_eq!(p.state(), PhyState::LinkUp);
+}
+
+#[test]
+fn quirk_lpa_zero() {
+    let (mut p, _) = phy();
+    p.set_quirks(Quirks {
+        lpa_zero: true,
+        ..Quirks::default()
+    });
+    assert!(p.link_up());
+    assert_eq!(p.read(reg::LPA), 0);
+}
+
+#[test]
+fn quirk_reset_after_link_loss() {
+    let (mut p, _) = phy();
+    p.set_quirks(Quirks {
+        reset_after_link_loss: true,
+        ..Quirks::default()
+    });
+    p.set_carrier(false);
+    p.set_carrier(true);
+    assert_eq!(p.state(), PhyState::LinkDown);
+    assert!(p.snapshot().needs_reset);
+    p.write(reg::BMCR, 0x3300);
+    assert_eq!(
+        p.state(),
+        PhyState::LinkDown,
+        "an aneg restart is not enough"
+    );
+    p.write(reg::BMCR, 0x8200);
+    assert!(p.link_up());
+}
+
+#[test]
+fn power_down_and_mac_reset() {
+    let (mut p, _) = phy();
+    p.write(reg::BMCR, 0x3900);
+    assert_eq!(p.state(), PhyState::LinkDown);
+    assert!(p.snapshot().powered_down);
+    p.write(reg::BMCR, 0x3100);
+    assert!(p.link_up());
+    p.set_held_in_reset(true);
+    assert_eq!(p.state(), PhyState::Reset);
+    p.set_held_in_reset(false);
+    assert!(p.link_up());
+}
+
+#[test]
+fn cable_fault_drops_link() {
+    let (mut p, _) = phy();
+    p.set_cable(Cable {
+        state: CableState::Open,
+        distance_m: 12.0,
+    });
+    assert_eq!(p.state(), PhyState::LinkDown);
+    assert!(!p.snapshot().carrier);
+    p.set_cable(Cable::default());
+    assert!(p.link_up());
+}
+
+#[test]
+fn unknown_and_read_only_writes_are_ignored() {
+    let (mut p, _) = phy();
+    p.write(0x1f, 0x1234);
+    assert_eq!(p.read(0x1f), 0);
+    p.write(reg::PHYSID1, 0xffff);
+    assert_eq!(p.read(reg::PHYSID1), 0x003b);
+    p.write(reg::BMSR, 0);
+    assert_eq!(p.read(reg::BMSR), 0x782d);
+    p.write(reg::BMCR, 0x3140); // 1000M bit
+    assert_eq!(p.read(reg::BMCR), 0x3100);
+    let s = p.snapshot();
+    assert_eq!(s.mdio_writes.get("0x1f"), Some(&1));
+    assert_eq!(s.mdio_reads.get("0x01"), Some(&1));
+}
+
+#[test]
+fn mmd_indirect_reads_zero() {
+    let (mut p, _) = phy();
+    p.write(reg::MMD_CTRL, 0x0003);
+    p.write(reg::MMD_DATA, 0x0014);
+    p.write(reg::MMD_CTRL, 0x4003);
+    assert_eq!(p.read(reg::MMD_DATA), 0);
+    p.write(reg::MMD_CTRL, 0x0003);
+    assert_eq!(p.read(reg::MMD_DATA), 0x0014);
+}
+
+#[test]
+fn loopback_reports_link_without_carrier() {
+    let (mut p, _) = phy();
+    p.set_carrier(false);
+    p.write(reg::BMCR, bmcr::LOOPBACK | bmcr::SPEED100 | bmcr::FULLDPLX);
+    assert!(p.link_up());
+    assert!(p.loopback());
+}
+
+proptest! {
+    #[test]
+    fn random_mdio_traffic_never_panics(ops in proptest::collection::vec((any::<bool>(), any::<u8>(), any::<u16>()), 0..200)) {
+        let (mut p, t0) = phy();
+        p.set_autoneg_delay(Duration::from_millis(3));
+        for (i, (write, r, v)) in ops.into_iter().enumerate() {
+            p.set_time(t0 + Duration::from_millis(i as u64));
+            if write { p.write(r, v) } else { p.read(r); }
+            prop_assert_eq!(p.read(reg::BMCR) & (bmcr::RESET | bmcr::ANRESTART), 0);
+            prop_assert_eq!(p.read(reg::BMSR) & 0x0100, 0);
+            prop_assert_eq!(p.read(reg::PHYSID2), 0x1861);
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! The event loop: one thread, `poll(2)` over the usbredir socket, the
+//! wire, and the control socket. The device model is driven from here and
+//! from nowhere else, so everything happens in one deterministic order.
+
+use serde_json::{json, Value};
+use std::io::{self, Read, Write};
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+use usbredir::{Codec, Role};
+
+use crate::addr::SockAddr;
+use crate::ctl;
+use crate::device::{Device, OUR_CAPS};
+use crate::net::{Conn, Listener};
+use crate::wire::Wire;
+use crate::{log_e, log_i, log_t, log_w};
+
+/// Set by SIGTERM/SIGINT; the loop stops cleanly (pcap flushed).
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+pub fn install_signal_handlers() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, handler);
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: io::Error },
+    #[error("could not connect to {addr} within {timeout:?} (--connect-timeout)")]
+    ConnectTimeout { addr: String, timeout: Duration },
+    #[error("cannot write the ready file {path}: {source}")]
+    ReadyFile { path: PathBuf, source: io::Error },
+    #[error("poll: {0}")]
+    Poll(io::Error),
+}
+
+/// Which side opens the usbredir connection.
+#[derive(Clone, Debug)]
+pub enum UsbRole {
+    /// Connect to QEMU's `-chardev socket,...,server=on,wait=off`.
+    Connect(SockAddr),
+    /// Wait for QEMU's `-chardev socket,...,server=off,reconnect=1`.
+    Listen(SockAddr),
+    /// Already connected (tests: one end of a socketpair).
+    Connected,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnDisconnect {
+    /// Exit with status 0 when QEMU goes away.
+    Exit,
+    /// Accept or reconnect again, with a freshly plugged device.
+    Wait,
+}
+
+struct CtlClient {
+    s: UnixStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    discarding: bool,
+    closed: bool,
+}
+
+pub struct Server {
+    dev: Device,
+    codec: Codec,
+    wire: Box<dyn Wire>,
+    role: UsbRole,
+    usb_listener: Option<Listener>,
+    conn: Option<Conn>,
+    usb_out: Vec<u8>,
+    on_disconnect: OnDisconnect,
+    connect_timeout: Duration,
+    started: Instant,
+    next_connect: Instant,
+    ever_connected: bool,
+    finished: bool,
+    ctl_listener: Option<(UnixListener, PathBuf)>,
+    ctl_clients: Vec<CtlClient>,
+    about: Value,
+}
+
+/// Bind a unix listener, replacing a stale socket file.
+fn bind_unix(p: &std::path::Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()) {
+        std::fs::remove_file(p)?;
+    }
+    let l = UnixListener::bind(p)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+const HELLO_VERSION: &str = concat!("phyfarm ax88772-emu ", env!("CARGO_PKG_VERSION"));
+
+impl Server {
+    /// Bind every socket. Nothing is read or written yet.
+    pub fn new(
+        dev: Device,
+        wire: Box<dyn Wire>,
+        role: UsbRole,
+        on_disconnect: OnDisconnect,
+        ctl_path: Option<PathBuf>,
+    ) -> Result<Server, ServerError> {
+        let usb_listener = match &role {
+            UsbRole::Listen(a) => Some(Listener::bind(a).map_err(|source| ServerError::Bind {
+                addr: a.to_string(),
+                source,
+            })?),
+            _ => None,
+        };
+        let ctl_listener = match ctl_path {
+            Some(p) => Some((
+                bind_unix(&p).map_err(|source| ServerError::Bind {
+                    addr: p.display().to_string(),
+                    source,
+                })?,
+                p,
+            )),
+            None => None,
+        };
+        let now = Instant::now();
+        let about = json!({
+            "usb": match &role {
+                UsbRole::Connect(a) => format!("connect:{a}"),
+                UsbRole::Listen(_) => format!("listen:{}", usb_listener.as_ref().map(|l| l.local_addr()).unwrap_or_default()),
+                UsbRole::Connected => "connected".into(),
+            },
+            "wire": wire.describe(),
+            "ctl": ctl_listener.as_ref().map(|(_, p)| p.clone()),
+            "caps": OUR_CAPS.0,
+            "pid": std::process::id(),
+        });
+        Ok(Server {
+            dev,
+            codec: Codec::new(Role::Host, OUR_CAPS),
+            wire,
+            role,
+            usb_listener,
+            conn: None,
+            usb_out: Vec::new(),
+            on_disconnect,
+            connect_timeout: Duration::from_secs(30),
+            started: now,
+            next_connect: now,
+            ever_connected: false,
+            finished: false,
+            ctl_listener,
+            ctl_clients: Vec::new(),
+            about,
+        })
+    }
+
+    pub fn set_connect_timeout(&mut self, t: Duration) {
+        self.connect_timeout = t;
+    }
+
+    /// Where things are, for the readiness line and `describe`.
+    pub fn about(&self) -> &Value {
+        &self.about
+    }
+
+    /// Print the readiness line and write `ready_file` (atomically).
+    pub fn announce_ready(&self, ready_file: Option<&PathBuf>) -> Result<(), ServerError> {
+        log_i!("ready {}", self.about);
+        if let Some(p) = ready_file {
+            let tmp = p.with_extension("tmp");
+            let write = || -> io::Result<()> {
+                std::fs::write(&tmp, format!("{}\n", self.about))?;
+                std::fs::rename(&tmp, p)
+            };
+            write().map_err(|source| ServerError::ReadyFile {
+                path: p.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Use an already-open usbredir connection (tests, inherited sockets).
+    pub fn attach(&mut self, c: Conn) {
+        self.open_transport(c, Instant::now());
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    fn open_transport(&mut self, c: Conn, now: Instant) {
+        if let Err(e) = c.set_nonblocking() {
+            log_w!("usb: set_nonblocking: {e}");
+        }
+        self.conn = Some(c);
+        self.ever_connected = true;
+        self.codec = Codec::new(Role::Host, OUR_CAPS);
+        self.dev.transport_opened(now);
+        self.usb_out.clear();
+        if let Err(e) = self.codec.encode_hello(HELLO_VERSION, &mut self.usb_out) {
+            log_e!("usb: hello: {e}");
+        }
+        log_i!("usb: connected; hello sent (caps {:#x})", OUR_CAPS.0);
+    }
+
+    fn close_transport(&mut self, why: &str, now: Instant) {
+        if self.conn.take().is_none() {
+            return;
+        }
+        log_i!("usb: connection closed ({why})");
+        self.dev.transport_closed(now);
+        self.usb_out.clear();
+        match self.on_disconnect {
+            OnDisconnect::Exit => self.finished = true,
+            OnDisconnect::Wait => {
+                self.next_connect = now + Duration::from_millis(200);
+                log_i!("usb: waiting for QEMU again");
+            }
+        }
+    }
+
+    /// Run until QEMU goes away (with `--on-disconnect exit`) or a signal.
+    pub fn run(&mut self) -> Result<(), ServerError> {
+        while !self.finished && !STOP.load(Ordering::SeqCst) {
+            self.step()?;
+        }
+        if let Err(e) = self.dev.pcap_stop() {
+            log_w!("pcap: {e}");
+        }
+        self.flush_ctl();
+        Ok(())
+    }
+
+    fn try_connect(&mut self, now: Instant) -> Result<(), ServerError> {
+        let UsbRole::Connect(a) = &self.role else {
+            return Ok(());
+        };
+        if self.conn.is_some() || now < self.next_connect {
+            return Ok(());
+        }
+        match Conn::connect(a) {
+            Ok(c) => self.open_transport(c, now),
+            Err(e) => {
+                if !self.ever_connected && now.duration_since(self.started) > self.connect_timeout {
+                    return Err(ServerError::ConnectTimeout {
+                        addr: a.to_string(),
+                        timeout: self.connect_timeout,
+                    });
+                }
+                log_t!("usb: connect {a}: {e}");
+                self.next_connect = now + Duration::from_millis(200);
+            }
+        }
+        Ok(())
+    }
+
+    /// One turn of the loop: wait for something, then handle it.
+    pub fn step(&mut self) -> Result<(), ServerError> {
+        let now = Instant::now();
+        self.try_connect(now)?;
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut add = |fd: RawFd, ev: libc::c_short| {
+            fds.push(libc::pollfd {
+                fd,
+                events: ev,
+                revents: 0,
+            });
+            fds.len() - 1
+        };
+        let usb_i = self.conn.as_ref().map(|c| {
+            let out = if self.usb_out.is_empty() {
+                0
+            } else {
+                libc::POLLOUT
+            };
+            add(c.as_raw_fd(), libc::POLLIN | out)
+        });
+        let lst_i = match (&self.conn, &self.usb_listener) {
+            (None, Some(l)) => Some(add(l.as_raw_fd(), libc::POLLIN)),
+            _ => None,
+        };
+        let wire_i = self.wire.fd().map(|fd| {
+            let inp = if self.dev.rx_room() { libc::POLLIN } else { 0 };
+            let out = if self.wire.wants_write() {
+                libc::POLLOUT
+            } else {
+                0
+            };
+            add(fd, inp | out)
+        });
+        let ctl_i = self
+            .ctl_listener
+            .as_ref()
+            .map(|(l, _)| add(l.as_raw_fd(), libc::POLLIN));
+        let client_base = fds.len();
+        for c in &self.ctl_clients {
+            let out = if c.out.is_empty() { 0 } else { libc::POLLOUT };
+            fds.push(libc::pollfd {
+                fd: c.s.as_raw_fd(),
+                events: libc::POLLIN | out,
+                revents: 0,
+            });
+        }
+
+        let mut timeout = Duration::from_millis(1000);
+        if let Some(t) = self.dev.poll(now) {
+            timeout = timeout.min(t.saturating_duration_since(now));
+        }
+        if let Some(t) = self.wire.tick() {
+            timeout = timeout.min(t);
+        }
+        if self.conn.is_none() && matches!(self.role, UsbRole::Connect(_)) {
+            timeout = timeout.min(self.next_connect.saturating_duration_since(now));
+        }
+        // Round up so a deadline a few microseconds away does not spin.
+        let ms = timeout.as_micros().div_ceil(1000).min(1000) as libc::c_int;
+        let n = loop {
+            // SAFETY: fds is a valid, exclusively borrowed array of pollfd.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if n >= 0 {
+                break n;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                if STOP.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                continue;
+            }
+            return Err(ServerError::Poll(e));
+        };
+        let now = Instant::now();
+        let ready = |i: Option<usize>, mask: libc::c_short| {
+            n > 0 && i.is_some_and(|i| fds[i].revents & mask != 0)
+        };
+        let hup = libc::POLLHUP | libc::POLLERR;
+        if ready(usb_i, libc::POLLIN | hup) {
+            self.read_usb(now);
+        }
+        if ready(lst_i, libc::POLLIN) {
+            if let Some(l) = &self.usb_listener {
+                match l.accept() {
+                    Ok(Some(c)) => self.open_transport(c, now),
+                    Ok(None) => {}
+                    Err(e) => log_w!("usb: accept: {e}"),
+                }
+            }
+        }
+        if wire_i.is_none() || ready(wire_i, libc::POLLIN | hup) {
+            self.read_wire(now);
+        }
+        if ready(wire_i, libc::POLLOUT) {
+            self.wire.flush();
+        }
+        if ready(ctl_i, libc::POLLIN) {
+            self.accept_ctl();
+        }
+        if n > 0 {
+            for i in 0..self.ctl_clients.len() {
+                if fds.get(client_base + i).is_some_and(|f| f.revents != 0) {
+                    self.serve_ctl(i, now);
+                }
+            }
+        }
+        self.ctl_clients.retain(|c| !c.closed);
+        self.dev.poll(now);
+        self.flush_device(now);
+        Ok(())
+    }
+
+    fn read_usb(&mut self, now: Instant) {
+        let mut buf = [0u8; 65536];
+        for _ in 0..16 {
+            let Some(c) = &mut self.conn else { return };
+            match c.read(&mut buf) {
+                Ok(0) => return self.close_transport("end of stream", now),
+                Ok(n) => {
+                    self.codec.feed(&buf[..n]);
+                    self.decode(now);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.close_transport(&e.to_string(), now),
+            }
+        }
+    }
+
+    fn decode(&mut self, now: Instant) {
+        while let Some(r) = self.codec.next_packet() {
+            match r {
+                Ok(p) => self.dev.handle(now, p),
+                Err(e) => {
+                    self.dev.usbredir_error();
+                    log_w!("usbredir: {e}");
+                    if e.is_fatal() {
+                        self.close_transport("protocol error", now);
+                        return;
+                    }
+                }
+            }
+            self.flush_device(now);
+        }
+    }
+
+    fn read_wire(&mut self, now: Instant) {
+        for _ in 0..256 {
+            if !self.dev.rx_room() {
+                break;
+            }
+            match self.wire.recv() {
+                Ok(Some(f)) => self.dev.wire_frame(now, f),
+                Ok(None) => break,
+                Err(e) => {
+                    log_w!("wire: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Encode what the device produced and push frames to the wire.
+    fn flush_device(&mut self, now: Instant) {
+        for p in self.dev.take_usb() {
+            if self.conn.is_none() {
+                continue;
+            }
+            log_t!("usb: -> {} id {:#x}", p.msg.name(), p.id);
+            if let Err(e) = self.codec.encode(&p, &mut self.usb_out) {
+                log_e!("usb: cannot encode {}: {e}", p.msg.name());
+            }
+        }
+        for f in self.dev.take_wire() {
+            self.wire.send(&f);
+        }
+        self.write_usb(now);
+    }
+
+    fn write_usb(&mut self, now: Instant) {
+        let mut done = 0;
+        let mut failure = None;
+        if let Some(c) = &mut self.conn {
+            while done < self.usb_out.len() {
+                match c.write(&self.usb_out[done..]) {
+                    Ok(0) => {
+                        failure = Some("write returned 0".to_string());
+                        break;
+                    }
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        failure = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        self.usb_out.drain(..done.min(self.usb_out.len()));
+        if let Some(why) = failure {
+            self.close_transport(&why, now);
+        }
+    }
+
+    fn accept_ctl(&mut self) {
+        let Some((l, _)) = &self.ctl_listener else {
+            return;
+        };
+        while let Ok((s, _)) = l.accept() {
+            if s.set_nonblocking(true).is_ok() {
+                let c = CtlClient {
+                    s,
+                    inbuf: Vec::new(),
+                    out: Vec::new(),
+                    discarding: false,
+                    closed: false,
+                };
+                self.ctl_clients.push(c);
+            }
+        }
+    }
+
+    fn serve_ctl(&mut self, i: usize, now: Instant) {
+        let mut buf = [0u8; 8192];
+        let c = &mut self.ctl_clients[i];
+        loop {
+            match c.s.read(&mut buf) {
+                Ok(0) => {
+                    c.closed = true;
+                    break;
+                }
+                Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.closed = true;
+                    break;
+                }
+            }
+        }
+        while let Some(pos) = self.ctl_clients[i].inbuf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.ctl_clients[i].inbuf.drain(..=pos).collect();
+            if std::mem::take(&mut self.ctl_clients[i].discarding) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            if text.trim().is_empty() {
+                continue;
+            }
+            let reply = ctl::handle_line(&mut self.dev, now, &text, &self.about);
+            let c = &mut self.ctl_clients[i];
+            c.out.extend_from_slice(reply.as_bytes());
+            c.out.push(b'\n');
+        }
+        let c = &mut self.ctl_clients[i];
+        if c.inbuf.len() > ctl::MAX_LINE {
+            c.inbuf.clear();
+            if !c.discarding {
+                c.discarding = true;
+                let e = json!({ "ok": false, "error": format!("request longer than {} bytes", ctl::MAX_LINE) });
+                c.out.extend_from_slice(format!("{e}\n").as_bytes());
+            }
+        }
+        Self::write_ctl(c);
+    }
+
+    fn write_ctl(c: &mut CtlClient) {
+        while !c.out.is_empty() {
+            match c.s.write(&c.out) {
+                Ok(0) => {
+                    c.closed = true;
+                    return;
+                }
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn flush_ctl(&mut self) {
+        for c in &mut self.ctl_clients {
+            Self::write_ctl(c);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some((_, p)) = &self.ctl_listener {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! The wire: Ethernet frames to and from the link partner over a QEMU
+//! `-netdev stream` (4-byte big-endian length, then the frame) or
+//! `-netdev dgram` (one frame per datagram) socket.
+
+use std::io::{self, Read, Write};
+use std::net::UdpSocket;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::os::unix::net::UnixDatagram;
+use std::time::{Duration, Instant};
+
+use crate::addr::{SockAddr, WireSpec};
+use crate::framing::MAX_FRAME;
+use crate::net::{Conn, Listener};
+use crate::{log_i, log_w};
+
+/// A frame transport. Calls never block.
+pub trait Wire: Send {
+    /// Descriptor to poll for input, if there is one; transports without
+    /// one are polled by calling [`Wire::recv`] periodically.
+    fn fd(&self) -> Option<RawFd>;
+    /// The next received frame, if one is ready.
+    fn recv(&mut self) -> io::Result<Option<Vec<u8>>>;
+    /// Queue a frame for sending. Frames that cannot be sent are dropped.
+    fn send(&mut self, frame: &[u8]);
+    /// Output is waiting for the descriptor to become writable.
+    fn wants_write(&self) -> bool {
+        false
+    }
+    /// Push queued output.
+    fn flush(&mut self) {}
+    /// How often to call [`Wire::recv`] when there is no descriptor to
+    /// wait on (or a connect to retry); `None` when never needed.
+    fn tick(&self) -> Option<Duration> {
+        self.fd().is_none().then_some(Duration::from_millis(100))
+    }
+    fn describe(&self) -> String;
+}
+
+/// Build the transport a spec names.
+pub fn open(spec: &WireSpec) -> io::Result<Box<dyn Wire>> {
+    Ok(match spec {
+        WireSpec::None => Box::new(NoWire),
+        WireSpec::StreamConnect(a) => Box::new(StreamWire::new(Some(a.clone()), None)),
+        WireSpec::StreamListen(a) => Box::new(StreamWire::new(None, Some(Listener::bind(a)?))),
+        WireSpec::Dgram { local, remote } => Box::new(DgramWire::bind(local, remote)?),
+    })
+}
+
+/// No cable: transmitted frames vanish, nothing arrives.
+pub struct NoWire;
+
+impl Wire for NoWire {
+    fn fd(&self) -> Option<RawFd> {
+        None
+    }
+    fn recv(&mut self) -> io::Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    fn send(&mut self, _frame: &[u8]) {}
+    fn tick(&self) -> Option<Duration> {
+        None
+    }
+    fn describe(&self) -> String {
+        "none".into()
+    }
+}
+
+/// Upper bound on bytes queued towards a slow stream peer.
+const STREAM_OUT_LIMIT: usize = 4 * 1024 * 1024;
+
+pub struct StreamWire {
+    connect_to: Option<SockAddr>,
+    listener: Option<Listener>,
+    conn: Option<Conn>,
+    next_try: Instant,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    pub dropped: u64,
+}
+
+impl StreamWire {
+    fn new(connect_to: Option<SockAddr>, listener: Option<Listener>) -> StreamWire {
+        StreamWire {
+            connect_to,
+            listener,
+            conn: None,
+            next_try: Instant::now(),
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    fn lost(&mut self, why: &str) {
+        log_w!("wire: stream closed ({why}); waiting for the peer again");
+        self.conn = None;
+        self.inbuf.clear();
+        self.out.clear();
+        self.next_try = Instant::now() + Duration::from_millis(200);
+    }
+
+    fn try_connect(&mut self) {
+        if self.conn.is_some() {
+            return;
+        }
+        if let Some(l) = &self.listener {
+            match l.accept() {
+                Ok(Some(c)) => {
+                    log_i!("wire: peer connected");
+                    self.conn = Some(c);
+                }
+                Ok(None) => {}
+                Err(e) => log_w!("wire: accept: {e}"),
+            }
+        } else if let Some(a) = &self.connect_to {
+            if Instant::now() < self.next_try {
+                return;
+            }
+            match Conn::connect(a) {
+                Ok(c) => {
+                    log_i!("wire: connected to {a}");
+                    self.conn = Some(c);
+                }
+                Err(_) => self.next_try = Instant::now() + Duration::from_millis(500),
+            }
+        }
+    }
+
+    /// One frame from the input buffer, if complete.
+    fn take_frame(&mut self) -> Option<io::Result<Vec<u8>>> {
+        if self.inbuf.len() < 4 {
+            return None;
+        }
+        let len = u32::from_be_bytes([self.inbuf[0], self.inbuf[1], self.inbuf[2], self.inbuf[3]]);
+        let len = len as usize;
+        if len > 65536 {
+            return Some(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("stream frame length {len} is not plausible"),
+            )));
+        }
+        if self.inbuf.len() < 4 + len {
+            return None;
+        }
+        let f = self.inbuf[4..4 + len].to_vec();
+        self.inbuf.drain(..4 + len);
+        Some(Ok(f))
+    }
+}
+
+impl Wire for StreamWire {
+    fn fd(&self) -> Option<RawFd> {
+        match (&self.conn, &self.listener) {
+            (Some(c), _) => Some(c.as_raw_fd()),
+            (None, Some(l)) => Some(l.as_raw_fd()),
+            (None, None) => None,
+        }
+    }
+
+    fn recv(&mut self) -> io::Result<Option<Vec<u8>>> {
+        self.try_connect();
+        match self.take_frame() {
+            Some(Ok(f)) => return Ok(Some(f)),
+            Some(Err(e)) => {
+                self.lost(&e.to_string());
+                return Ok(None);
+            }
+            None => {}
+        }
+        let Some(c) = &mut self.conn else {
+            return Ok(None);
+        };
+        let mut buf = [0u8; 16384];
+        match c.read(&mut buf) {
+            Ok(0) => self.lost("end of stream"),
+            Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => self.lost(&e.to_string()),
+        }
+        match self.take_frame() {
+            Some(Ok(f)) => Ok(Some(f)),
+            Some(Err(e)) => {
+                self.lost(&e.to_string());
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn send(&mut self, frame: &[u8]) {
+        if self.conn.is_none() || self.out.len() > STREAM_OUT_LIMIT {
+            self.dropped += 1;
+            return;
+        }
+        self.out
+            .extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        self.out.extend_from_slice(frame);
+        self.flush();
+    }
+
+    fn wants_write(&self) -> bool {
+        self.conn.is_some() && !self.out.is_empty()
+    }
+
+    fn flush(&mut self) {
+        let Some(c) = &mut self.conn else { return };
+        while !self.out.is_empty() {
+            match c.write(&self.out) {
+                Ok(0) => return self.lost("write returned 0"),
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.lost(&e.to_string()),
+            }
+        }
+    }
+
+    fn tick(&self) -> Option<Duration> {
+        (self.conn.is_none() && self.listener.is_none()).then_some(Duration::from_millis(100))
+    }
+
+    fn describe(&self) -> String {
+        match (&self.connect_to, &self.listener) {
+            (Some(a), _) => format!("stream:{a}"),
+            (None, Some(l)) => format!("stream-listen:{}", l.local_addr()),
+            (None, None) => "stream".into(),
+        }
+    }
+}
+
+enum Dgram {
+    Unix(UnixDatagram, std::path::PathBuf),
+    Udp(UdpSocket, String),
+}
+
+pub struct DgramWire {
+    sock: Dgram,
+    warned: bool,
+    pub dropped: u64,
+}
+
+impl DgramWire {
+    pub fn bind(local: &SockAddr, remote: &SockAddr) -> io::Result<DgramWire> {
+        let sock = match (local, remote) {
+            (SockAddr::Unix(l), SockAddr::Unix(r)) => {
+                use std::os::unix::fs::FileTypeExt;
+                if std::fs::symlink_metadata(l).is_ok_and(|m| m.file_type().is_socket()) {
+                    std::fs::remove_file(l)?;
+                }
+                let s = UnixDatagram::bind(l)?;
+                s.set_nonblocking(true)?;
+                Dgram::Unix(s, r.clone())
+            }
+            (SockAddr::Inet(l), SockAddr::Inet(r)) => {
+                let s = UdpSocket::bind(l)?;
+                s.set_nonblocking(true)?;
+                Dgram::Udp(s, r.clone())
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "mixed address families",
+                ))
+            }
+        };
+        Ok(DgramWire {
+            sock,
+            warned: false,
+            dropped: 0,
+        })
+    }
+}
+
+impl Wire for DgramWire {
+    fn fd(&self) -> Option<RawFd> {
+        Some(match &self.sock {
+            Dgram::Unix(s, _) => s.as_raw_fd(),
+            Dgram::Udp(s, _) => s.as_raw_fd(),
+        })
+    }
+
+    fn recv(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let mut buf = vec![0u8; MAX_FRAME + 64];
+        let r = match &self.sock {
+            Dgram::Unix(s, _) => s.recv(&mut buf),
+            Dgram::Udp(s, _) => s.recv(&mut buf),
+        };
+        match r {
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(Some(buf))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            // A previous send found nobody listening: not a receive error.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn send(&mut self, frame: &[u8]) {
+        let r = match &self.sock {
+            Dgram::Unix(s, r) => s.send_to(frame, r),
+            Dgram::Udp(s, r) => s.send_to(frame, r.as_str()),
+        };
+        if let Err(e) = r {
+            self.dropped += 1;
+            if !self.warned {
+                log_w!("wire: dgram send failed ({e}); frames are dropped until the peer is up");
+                self.warned = true;
+            }
+        } else {
+            self.warned = false;
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.sock {
+            Dgram::Unix(s, r) => {
+                let l = s
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
+                format!("dgram:unix:{},unix:{}", l.unwrap_or_default(), r.display())
+            }
+            Dgram::Udp(s, r) => {
+                format!(
+                    "dgram:{},{r}",
+                    s.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                )
+            }
+        }
+    }
+}
+
+impl Drop for DgramWire {
+    fn drop(&mut self) {
+        if let Dgram::Unix(s, _) = &self.sock {
+            if let Ok(Some(p)) = s
+                .local_addr()
+                .map(|a| a.as_pathname().map(|p| p.to_path_buf()))
+            {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// In-memory wire for tests: frames injected through a [`MockHandle`]
+/// arrive at the device; frames the device sends are collected there.
+#[cfg(any(test, feature = "test-utils"))]
+pub mod mock {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    struct State {
+        to_device: VecDeque<Vec<u8>>,
+        from_device: Vec<Vec<u8>>,
+    }
+
+    pub struct MockWire(Arc<Mutex<State>>);
+
+    #[derive(Clone)]
+    pub struct MockHandle(Arc<Mutex<State>>);
+
+    pub fn pair() -> (MockWire, MockHandle) {
+        let s = Arc::new(Mutex::new(State::default()));
+        (MockWire(s.clone()), MockHandle(s))
+    }
+
+    impl MockHandle {
+        /// A frame from the link partner.
+        pub fn inject(&self, frame: Vec<u8>) {
+            if let Ok(mut s) = self.0.lock() {
+                s.to_device.push_back(frame);
+            }
+        }
+        /// Frames the device put on the wire so far (taken).
+        pub fn take_sent(&self) -> Vec<Vec<u8>> {
+            self.0
+                .lock()
+                .map(|mut s| std::mem::take(&mut s.from_device))
+                .unwrap_or_default()
+        }
+    }
+
+    impl Wire for MockWire {
+        fn fd(&self) -> Option<RawFd> {
+            None
+        }
+        fn recv(&mut self) -> io::Result<Option<Vec<u8>>> {
+            Ok(self.0.lock().ok().and_then(|mut s| s.to_device.pop_front()))
+        }
+        fn send(&mut self, frame: &[u8]) {
+            if let Ok(mut s) = self.0.lock() {
+                s.from_device.push(frame.to_vec());
+            }
+        }
+        fn tick(&self) -> Option<Duration> {
+            Some(Duration::from_millis(1))
+        }
+        fn describe(&self) -> String {
+            "mock".into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("ax-wire-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn stream_framing_round_trip() {
+        let path = tmp("s.sock");
+        let mut w = open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
+        let mut peer = UnixStream::connect(&path).unwrap();
+        // Length-prefixed input, delivered in pieces.
+        let mut bytes = 3u32.to_be_bytes().to_vec();
+        bytes.extend([1, 2, 3]);
+        bytes.extend(2u32.to_be_bytes());
+        bytes.extend([9, 9]);
+        peer.write_all(&bytes).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            if let Some(f) = w.recv().unwrap() {
+                got.push(f);
+            }
+            if got.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, vec![vec![1, 2, 3], vec![9, 9]]);
+        w.send(&[7, 7, 7, 7, 7]);
+        let mut out = [0u8; 9];
+        peer.read_exact(&mut out).unwrap();
+        assert_eq!(out, [0, 0, 0, 5, 7, 7, 7, 7, 7]);
+        drop(w);
+        assert!(!path.exists(), "socket file removed");
+    }
+
+    #[test]
+    fn dgram_one_frame_per_datagram() {
+        let (a, b) = (tmp("a.sock"), tmp("b.sock"));
+        let spec = WireSpec::Dgram {
+            local: SockAddr::Unix(a.clone()),
+            remote: SockAddr::Unix(b.clone()),
+        };
+        let mut w = open(&spec).unwrap();
+        w.send(&[1]); // peer not up yet: dropped, no panic
+        let peer = UnixDatagram::bind(&b).unwrap();
+        w.send(&[1, 2, 3]);
+        let mut buf = [0u8; 64];
+        assert_eq!(peer.recv(&mut buf).unwrap(), 3);
+        peer.send_to(&[4, 5], &a).unwrap();
+        let mut got = None;
+        for _ in 0..1000 {
+            got = w.recv().unwrap();
+            if got.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, Some(vec![4, 5]));
+        drop(w);
+        let _ = std::fs::remove_file(&b);
+    }
+
+    #[test]
+    fn implausible_stream_length_drops_the_connection() {
+        let path = tmp("bad.sock");
+        let mut w = open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
+        let mut peer = UnixStream::connect(&path).unwrap();
+        peer.write_all(&[0xff, 0xff, 0xff, 0xff, 0]).unwrap();
+        for _ in 0..50 {
+            assert_eq!(w.recv().unwrap(), None);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!w.wants_write());
+    }
+}

@@ -1,0 +1,156 @@
+//! The `ax88772-emu` binary: readiness, both socket roles, reconnects.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use usbredir::{Caps, Codec, Hello, Message, Packet, Role};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ax-bin-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn emu(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ax88772-emu"))
+        .args(args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for(p: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", p.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_exit(c: &mut Child) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "emulator did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// QEMU's hello, then read until device_connect.
+fn plug_session(s: &mut UnixStream) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut c = Codec::new(Role::Guest, Caps(0xff));
+    let mut out = Vec::new();
+    let h = Hello {
+        version: "qemu".into(),
+        caps: Caps(0xff),
+        extra_caps: vec![],
+    };
+    c.encode(&Packet::new(0, Message::Hello(h)), &mut out)
+        .unwrap();
+    s.write_all(&out).unwrap();
+    let mut names = Vec::new();
+    let mut buf = [0u8; 4096];
+    while names.last() != Some(&"device_connect") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "emulator closed early");
+        c.feed(&buf[..n]);
+        while let Some(p) = c.next_packet() {
+            names.push(p.unwrap().msg.name());
+        }
+    }
+    assert_eq!(
+        names,
+        ["hello", "interface_info", "ep_info", "device_connect"]
+    );
+}
+
+#[test]
+fn listen_mode_ready_file_and_exit_on_disconnect() {
+    let d = tmpdir("listen");
+    let (usb, ready, ctl) = (d.join("usb.sock"), d.join("ready.json"), d.join("ctl.sock"));
+    let mut child = emu(&[
+        "--listen",
+        &format!("unix:{}", usb.display()),
+        "--ready-file",
+        ready.to_str().unwrap(),
+        "--ctl",
+        ctl.to_str().unwrap(),
+        "--wire",
+        &format!(
+            "dgram:unix:{},unix:{}",
+            d.join("a.sock").display(),
+            d.join("b.sock").display()
+        ),
+    ]);
+    wait_for(&ready);
+    let about: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
+    assert_eq!(about["caps"], 0x7a);
+    assert!(about["usb"].as_str().unwrap().starts_with("listen:unix:"));
+
+    let mut c = UnixStream::connect(&ctl).unwrap();
+    c.write_all(b"{\"cmd\":\"describe\"}\n").unwrap();
+    let line = BufReader::new(c.try_clone().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["config"]["variant"], "772a");
+    assert_eq!(v["config"]["mac"].as_str().unwrap().len(), 17);
+
+    let mut s = UnixStream::connect(&usb).unwrap();
+    plug_session(&mut s);
+    drop(s);
+    assert_eq!(wait_exit(&mut child), 0);
+    assert!(!usb.exists() && !ctl.exists(), "sockets removed");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn connect_mode_waits_and_reconnects() {
+    let d = tmpdir("connect");
+    let usb = d.join("qemu.sock");
+    let qemu = UnixListener::bind(&usb).unwrap();
+    let mut child = emu(&[
+        "--connect",
+        &format!("unix:{}", usb.display()),
+        "--on-disconnect",
+        "wait",
+    ]);
+    for _ in 0..2 {
+        let (mut s, _) = qemu.accept().unwrap();
+        plug_session(&mut s);
+    }
+    // SIGTERM ends it cleanly.
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(wait_exit(&mut child), 0);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn connect_timeout_is_a_setup_error() {
+    let d = tmpdir("timeout");
+    let mut child = emu(&[
+        "--connect",
+        &format!("unix:{}", d.join("nobody.sock").display()),
+        "--connect-timeout",
+        "0",
+    ]);
+    assert_eq!(wait_exit(&mut child), 2);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let mut child = emu(&["--listen", "nonsense"]);
+    assert_eq!(wait_exit(&mut child), 2);
+}
