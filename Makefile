@@ -7,7 +7,7 @@ VENV := $(PHYFARM_CACHE)/venv
 CARGO ?= cargo
 PHYFARM := target/debug/phyfarm
 
-.PHONY: setup phyfarm run images kernel lint unit integration test bench
+.PHONY: setup phyfarm run images kernel lint unit integration farm test bench
 
 setup:
 	bash containers/host-setup.sh
@@ -32,13 +32,27 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The store tests also run against a real PostgreSQL on loopback, started
+# here and stopped afterwards, pass or fail.
 unit: setup
-	$(CARGO) test --workspace
+	@url=$$(bash containers/postgres-test.sh start) || exit 2; \
+	trap 'bash containers/postgres-test.sh stop' EXIT; \
+	PHYFARM_TEST_POSTGRES="$$url" $(CARGO) test --workspace
 
+# The farm (pytest-tests/farm) boots guests: two at a time, in its own run.
 integration: setup phyfarm
-	$(VENV)/bin/python -m pytest pytest-tests
+	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm
+	$(VENV)/bin/python -m pytest pytest-tests/farm -n 2
+
+# The farm on the default build outputs (<cache>/out/{rust,c}), with a summary table.
+farm: setup phyfarm
+	$(PHYFARM) test --artifacts $(PHYFARM_CACHE)/out -n 2
 
 test: lint unit integration
 
+.PHONY: dashboard
+dashboard: phyfarm
+	$(PHYFARM) serve
+
 bench: setup
-	bash bench/run.sh
+	bash bench/emu-bulk.sh

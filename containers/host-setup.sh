@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what phyfarm needs on the host, idempotently: podman with runc,
-# mmdebstrap, QEMU, and the Python test tools. Safe to run again; it only
-# installs what is missing. Needs root (or sudo) for apt.
+# mmdebstrap, QEMU, PostgreSQL (for the store tests), and the Python test
+# tools. Safe to run again; it only installs what is missing. Needs root (or
+# sudo) for apt.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -14,6 +15,8 @@ apt_packages=(
   iproute2 ethtool iperf3
   git make gcc pkg-config
   python3 python3-venv
+  postgresql
+  chromium fonts-dejavu-core
 )
 
 sudo_cmd=()

@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The farm's plugin (options, fixtures, KCIDB results): pytest-tests/phyfarm_farm.
+pytest_plugins = ["phyfarm_farm.plugin"]
+
 
 @dataclass
 class Result:

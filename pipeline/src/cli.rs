@@ -10,7 +10,7 @@ use crate::accel::Accel;
 use crate::config::{Paths, Variant};
 use crate::images::{self, human_size, ImageKind};
 use crate::runtime::{shell_quote, Runtime};
-use crate::{boot, doctor, kernel, progress, Outcome};
+use crate::{boot, doctor, kernel, progress, series_build, Outcome};
 
 /// phyfarm builds Debian's linux-source-6.12 with Rust PHY patch series,
 /// boots it in QEMU guests with an emulated ASIX AX88772A, and reports
@@ -42,6 +42,16 @@ pub struct Global {
         default_value = "podman"
     )]
     pub runtime: Runtime,
+    /// Results store: an SQLite file, or a postgresql:// URL for a fleet of
+    /// runners [default: <cache>/results.sqlite]
+    #[arg(
+        long,
+        global = true,
+        env = "PHYFARM_STORE",
+        hide_env_values = true,
+        value_name = "PATH|URL"
+    )]
+    pub store: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,15 +60,52 @@ pub enum Command {
     Doctor,
     /// Build the container images (base, kbuild, farm) if their inputs changed
     Images(ImagesArgs),
-    /// Build the distro kernel for one variant
+    /// Build the distro kernel for a variant, or a series revision patch by patch (--series)
     Build(BuildArgs),
     /// Boot a kernel in QEMU and check the asix and AX88772A PHY drivers from inside
     Boot(BootArgs),
-    /// Images, both builds and both boots: the main job end to end
+    /// The main job end to end on a series revision: ingest, per-patch apply
+    /// and build in both variants, Rust gates, boot checks
     Run(RunArgs),
     /// Patch series: parse and show what phyfarm sees
     #[command(subcommand)]
     Series(SeriesCommand),
+    /// The farm guest: its initramfs (busybox, iperf3, ethtool, ip, the agent)
+    #[command(subcommand)]
+    Guest(GuestCommand),
+    /// Run the farm's checks (pytest-tests/farm) on a build's outputs and
+    /// print a summary table; exit 0 all passed, 1 a check failed, 2 the run
+    /// could not be completed
+    Test(TestArgs),
+    #[command(flatten)]
+    Results(crate::store::cli::ResultsCommand),
+    /// Serve the dashboards (series verdicts and clocks, revisions, runs,
+    /// trends, farm) on 127.0.0.1:8080; runs `phyfarm-dashboard serve`
+    /// (its options: `phyfarm serve --help`)
+    #[command(disable_help_flag = true)]
+    Serve(DashboardArgs),
+    /// The dashboards as static files for GitHub Pages
+    #[command(subcommand)]
+    Dashboard(DashboardCommand),
+}
+
+/// Arguments passed on to `phyfarm-dashboard` as they are.
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DashboardCommand {
+    /// Write every page as HTML and JSON into DIR; runs
+    /// `phyfarm-dashboard export DIR [--base-url URL]`
+    #[command(disable_help_flag = true)]
+    Export(DashboardArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,6 +119,75 @@ pub enum SeriesCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List the revisions (patches/<series>/v<N>/) changed from the merge
+    /// base of BASE and HEAD to HEAD: added, modified or removed. A change to
+    /// a series.toml lists every revision of that series.
+    Changed {
+        /// The commit the changes are measured from (a branch, tag or commit id)
+        #[arg(long, value_name = "REF")]
+        base: String,
+        /// The commit with the changes
+        #[arg(long, value_name = "REF", default_value = "HEAD")]
+        head: String,
+        /// The git repository holding patches/
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        repo: PathBuf,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GuestCommand {
+    /// Build (or reuse) the farm guest's initramfs, content addressed in
+    /// <cache>/guest/farm-<hash>.cpio; prints its path
+    Image {
+        /// Also copy it here
+        #[arg(short = 'o', long = "out", value_name = "PATH")]
+        out: Option<PathBuf>,
+        /// A statically linked phyfarm-agent to use instead of building one
+        #[arg(long, value_name = "PATH")]
+        agent: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// A build's output folder: OUT/bzImage + metadata.json, or
+    /// OUT/<variant>/bzImage for a series build
+    #[arg(long, value_name = "OUT", required_unless_present = "kernel")]
+    pub artifacts: Option<PathBuf>,
+    /// One kernel image instead of --artifacts
+    #[arg(long, value_name = "PATH", conflicts_with = "artifacts")]
+    pub kernel: Option<PathBuf>,
+    /// Only this variant
+    #[arg(long, value_enum)]
+    pub variant: Option<Variant>,
+    /// Parallel guests (pytest-xdist workers)
+    #[arg(short = 'n', value_name = "N")]
+    pub workers: Option<usize>,
+    /// Only the checks matching this pytest -k expression
+    #[arg(short = 'k', value_name = "EXPR")]
+    pub keyword: Option<String>,
+    /// Accelerator: auto probes KVM with a short boot and falls back to TCG
+    #[arg(long, value_enum, default_value = "auto", env = "PHYFARM_ACCEL")]
+    pub accel: Accel,
+    /// Seconds a guest may take for one step before the check is ERROR
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    pub guest_timeout: u64,
+    /// Link flaps per link-flap check [default: 20]
+    #[arg(long, value_name = "N")]
+    pub flaps: Option<u32>,
+    /// emulated (ax88772-emu) or forwarded:HOST:PORT (a usbredirect'ed adapter)
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+    /// Output folder for junit.xml, results.json and logs [default: <cache>/runs/test-...]
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Extra pytest arguments (after --)
+    #[arg(last = true, value_name = "PYTEST_ARGS")]
+    pub pytest_args: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -86,11 +202,19 @@ pub struct ImagesArgs {
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
-    /// rust: CONFIG_AX88796B_RUST_PHY=y; c: the C PHY driver
+    /// rust: CONFIG_AX88796B_RUST_PHY=y; c: the C PHY driver [required
+    /// without --series; with --series, both unless given]
     #[arg(long, value_enum)]
-    pub variant: Variant,
+    pub variant: Option<Variant>,
+    /// Build a series revision patch by patch (a directory of format-patch
+    /// files or an mbox), with the Rust gates on the result
+    #[arg(long, value_name = "DIR")]
+    pub series: Option<PathBuf>,
+    /// With --series: skip the Rust gates (rustfmtcheck, enum-check, clippy, rustdoc)
+    #[arg(long, requires = "series")]
+    pub no_gates: bool,
     /// Output directory for bzImage, .config, build.log, metadata.json
-    /// [default: <cache>/out/<variant>]
+    /// [default: <cache>/out/<variant>, or <cache>/out/series-v<N> with --series]
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: Option<PathBuf>,
     /// Parallel make jobs [default: number of CPUs]
@@ -135,6 +259,22 @@ pub struct GuestArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The series revision to run (a directory of format-patch files or an
+    /// mbox) [default: the newest revision of patches/rust-phy-enum-check]
+    #[arg(value_name = "DIR")]
+    pub series: Option<PathBuf>,
+    /// Output folder [default: <cache>/runs/<series>-v<N>]
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    pub out: Option<PathBuf>,
+    /// Skip the Rust gates
+    #[arg(long)]
+    pub no_gates: bool,
+    /// Skip the farm's checks (builds, gates and boot checks only)
+    #[arg(long)]
+    pub no_farm: bool,
+    /// Link flaps per link-flap check
+    #[arg(long, value_name = "N")]
+    pub flaps: Option<u32>,
     /// Variants to build and boot
     #[arg(long, value_enum, value_delimiter = ',', default_value = "rust,c")]
     pub variants: Vec<Variant>,
@@ -163,6 +303,16 @@ fn jobs(j: Option<usize>) -> usize {
 }
 
 pub fn run(cli: Cli) -> Result<Outcome> {
+    if let Command::Results(cmd) = cli.command {
+        return crate::store::cli::run(cli.global.store, cli.global.cache, cmd);
+    }
+    match &cli.command {
+        Command::Serve(a) => return dashboard(&cli.global, "serve", &a.args),
+        Command::Dashboard(DashboardCommand::Export(a)) => {
+            return dashboard(&cli.global, "export", &a.args)
+        }
+        _ => {}
+    }
     let paths = Paths::resolve(cli.global.cache.clone())?;
     let runtime = cli.global.runtime;
     match cli.command {
@@ -172,9 +322,38 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         }
         Command::Images(a) => images_cmd(&paths, runtime, a),
         Command::Build(a) => {
+            if let Some(dir) = a.series {
+                if a.dry_run || !a.kconfig.is_empty() {
+                    anyhow::bail!("--series cannot be combined with --dry-run or -K");
+                }
+                let variants = a.variant.map(|v| vec![v]).unwrap_or(Variant::ALL.to_vec());
+                let out = match a.out {
+                    Some(o) => o,
+                    None => {
+                        let s = crate::series::load(&dir)?;
+                        paths
+                            .cache
+                            .join("out")
+                            .join(format!("series-v{}", s.version))
+                    }
+                };
+                let opts = series_build::SeriesBuildOptions {
+                    dir,
+                    variants,
+                    out,
+                    runtime,
+                    jobs: jobs(a.jobs),
+                    gates: !a.no_gates,
+                    reproducer: reproducer(),
+                };
+                return series_build::build_series(&paths, &opts);
+            }
+            let Some(variant) = a.variant else {
+                anyhow::bail!("--variant rust|c is required (or --series DIR)");
+            };
             let opts = kernel::BuildOptions {
-                variant: a.variant,
-                out: a.out.unwrap_or_else(|| paths.out_default(a.variant)),
+                variant,
+                out: a.out.unwrap_or_else(|| paths.out_default(variant)),
                 runtime,
                 jobs: jobs(a.jobs),
                 dry_run: a.dry_run,
@@ -187,7 +366,40 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             let opts = boot_options(a.kernel, &a.guest, a.out, a.expect_variant, runtime);
             boot::boot(&paths, &opts, &reproducer())
         }
-        Command::Run(a) => run_cmd(&paths, runtime, a),
+        Command::Run(a) => run_cmd(&paths, runtime, cli.global.store.clone(), a),
+        Command::Guest(GuestCommand::Image { out, agent }) => {
+            let rec = crate::guest::image(&paths, agent.as_deref(), out.as_deref())?;
+            progress::info(&format!(
+                "guest image {} ({}, agent {})",
+                rec.sha256.get(..16).unwrap_or(""),
+                images::human_size(rec.size_bytes),
+                rec.agent
+            ));
+            println!("{}", rec.path.display());
+            Ok(Outcome::Pass)
+        }
+        Command::Test(a) => {
+            let opts = crate::farm::TestOptions {
+                artifacts: a.artifacts,
+                kernel: a.kernel,
+                variant: a.variant,
+                workers: a.workers,
+                keyword: a.keyword,
+                accel: a.accel,
+                guest_timeout: a.guest_timeout,
+                flaps: a.flaps,
+                device: a.device,
+                out: a.out,
+                pytest_args: a.pytest_args,
+            };
+            crate::farm::test(&paths, &opts, &reproducer())
+        }
+        // Dispatched above without a repository; kept for exhaustiveness.
+        Command::Results(cmd) => crate::store::cli::run(cli.global.store, cli.global.cache, cmd),
+        Command::Serve(a) => dashboard(&cli.global, "serve", &a.args),
+        Command::Dashboard(DashboardCommand::Export(a)) => {
+            dashboard(&cli.global, "export", &a.args)
+        }
         Command::Series(SeriesCommand::Show { path, json }) => {
             let s = crate::series::load(&path)?;
             let text = if json {
@@ -198,7 +410,44 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             print_stdout(&text)?;
             Ok(Outcome::Pass)
         }
+        Command::Series(SeriesCommand::Changed {
+            base,
+            head,
+            repo,
+            json,
+        }) => {
+            let c = crate::series_changed::changed(&repo, &base, &head)?;
+            if json {
+                print_stdout(&(serde_json::to_string_pretty(&c)? + "\n"))?;
+            } else if c.revisions.is_empty() {
+                progress::info(&format!("no series revision changed in {base}...{head}"));
+            } else {
+                print_stdout(&crate::series_changed::render_text(&c))?;
+            }
+            Ok(Outcome::Pass)
+        }
     }
+}
+
+/// `phyfarm serve` and `phyfarm dashboard export`: exec `phyfarm-dashboard`
+/// from beside this executable (the dashboards crate depends on this one,
+/// so it cannot be linked in), with the store resolved here.
+fn dashboard(global: &Global, verb: &str, args: &[String]) -> Result<Outcome> {
+    let exe = std::env::current_exe()?;
+    let bin = exe.with_file_name(format!("phyfarm-dashboard{}", std::env::consts::EXE_SUFFIX));
+    if !bin.is_file() {
+        anyhow::bail!(
+            "{} not found beside {}: build it with `cargo build -p dashboards`",
+            bin.display(),
+            exe.display()
+        );
+    }
+    let store = crate::store::cli::store_path(global.store.clone(), global.cache.clone())?;
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.arg("--store").arg(&store).arg(verb).args(args);
+    use std::os::unix::process::CommandExt;
+    let err = cmd.exec();
+    Err(anyhow::anyhow!("running {}: {err}", bin.display()))
 }
 
 /// Write to stdout; a closed pipe (`| head`) ends quietly instead of panicking.
@@ -273,57 +522,41 @@ fn images_cmd(paths: &Paths, runtime: Runtime, a: ImagesArgs) -> Result<Outcome>
     Ok(Outcome::Pass)
 }
 
-fn run_cmd(paths: &Paths, runtime: Runtime, a: RunArgs) -> Result<Outcome> {
-    let mut worst = Outcome::Pass;
-    let mut lines = Vec::new();
-    for v in &a.variants {
-        let out = paths.out_default(*v);
-        let opts = kernel::BuildOptions {
-            variant: *v,
-            out: out.clone(),
-            runtime,
-            jobs: jobs(a.jobs),
-            dry_run: false,
-            extra: vec![],
-            reproducer: format!("phyfarm build --variant {v} -o {}", out.display()),
-        };
-        let built = kernel::build(paths, &opts)?;
-        if built != Outcome::Pass {
-            worst = Outcome::Fail;
-            lines.push(format!(
-                "{v}: build FAIL, see {}",
-                out.join("build.log").display()
-            ));
-            continue;
-        }
-        let boot_out = out.join("boot");
-        let bopts = boot_options(
-            out.join("bzImage"),
-            &a.guest,
-            Some(boot_out.clone()),
-            Some(*v),
-            runtime,
-        );
-        let repro = format!("phyfarm boot --kernel {}", out.join("bzImage").display());
-        let booted = boot::boot(paths, &bopts, &repro)?;
-        if booted != Outcome::Pass {
-            worst = Outcome::Fail;
-        }
-        lines.push(format!(
-            "{v}: build PASS, boot {}: kernel {}, boot log {}",
-            if booted == Outcome::Pass {
-                "PASS"
-            } else {
-                "FAIL"
-            },
-            out.join("bzImage").display(),
-            boot_out.join("console.log").display()
-        ));
-    }
-    for l in lines {
-        println!("{l}");
-    }
-    Ok(worst)
+fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) -> Result<Outcome> {
+    let build = series_build::SeriesBuildOptions {
+        dir: PathBuf::new(),
+        variants: crate::run::ordered(a.variants.clone()),
+        out: PathBuf::new(),
+        runtime,
+        jobs: jobs(a.jobs),
+        gates: !a.no_gates,
+        reproducer: reproducer(),
+    };
+    let boot = boot_options(PathBuf::new(), &a.guest, None, None, runtime);
+    let farm = (!a.no_farm).then(|| crate::farm::TestOptions {
+        artifacts: None,
+        kernel: None,
+        variant: None,
+        workers: Some(2),
+        keyword: None,
+        accel: a.guest.accel,
+        guest_timeout: a.guest.timeout,
+        flaps: a.flaps,
+        device: None,
+        out: None,
+        pytest_args: vec![],
+    });
+    crate::run::run(
+        paths,
+        crate::run::RunOptions {
+            store: crate::store::cli::store_path(store, Some(paths.cache.clone()))?,
+            dir: a.series,
+            out: a.out,
+            build,
+            boot,
+            farm,
+        },
+    )
 }
 
 #[cfg(test)]

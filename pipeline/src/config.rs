@@ -106,7 +106,7 @@ impl Paths {
     }
 }
 
-fn default_cache() -> Result<PathBuf, ConfigError> {
+pub fn default_cache() -> Result<PathBuf, ConfigError> {
     if let Some(p) = std::env::var_os("PHYFARM_CACHE").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }

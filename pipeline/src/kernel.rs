@@ -63,6 +63,19 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The layout of a variant's build; extra `-K` options get a build tree
+    /// of their own (named by their hash), so they never disturb the plain one.
+    pub fn with_extra(paths: &Paths, version: &str, variant: Variant, extra: &str) -> Layout {
+        let mut l = Layout::new(paths, version, variant);
+        if !extra.is_empty() {
+            let h = hex(&Sha256::digest(extra.as_bytes()));
+            l.build = l
+                .build
+                .with_file_name(format!("{}-{}", variant.name(), &h[..8]));
+        }
+        l
+    }
+
     pub fn new(paths: &Paths, version: &str, variant: Variant) -> Layout {
         let src_parent = paths
             .src_root()
@@ -270,17 +283,43 @@ pub fn toolchain(paths: &Paths, runtime: Runtime, dry_run: bool) -> Result<Toolc
     }
 }
 
-struct Run<'a> {
-    runtime: Runtime,
-    env: Vec<(String, String)>,
-    log: &'a mut File,
-    label: String,
+/// Runs jobs of one build, logging each command and its output.
+pub(crate) struct Run<'a> {
+    pub runtime: Runtime,
+    pub env: Vec<(String, String)>,
+    pub log: &'a mut File,
+    pub label: String,
 }
 
 impl Run<'_> {
+    /// Run a short job and return its exit (None = success) and its output,
+    /// which is also logged.
+    pub fn capture(&mut self, j: &Job) -> Result<(Option<i32>, String)> {
+        let (argv, cwd) = self.runtime.argv(j);
+        writeln!(self.log, "$ {}", shell_quote(&argv))?;
+        let out = progress::command(&argv, cwd.as_deref(), &self.env)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .with_context(|| format!("cannot start {}", argv[0]))?;
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        self.log.write_all(text.as_bytes())?;
+        let code = (!out.status.success()).then(|| out.status.code().unwrap_or(-1));
+        if let Some(c) = code {
+            if infra_exit(self.runtime, c) {
+                bail!(
+                    "podman could not run `{}`: {}",
+                    j.argv.join(" "),
+                    text.trim()
+                );
+            }
+        }
+        Ok((code, text))
+    }
+
     /// Run a job; `Ok(None)` when it succeeded, `Ok(Some(code))` when it
     /// exited non-zero.
-    fn job(&mut self, j: &Job, what: &str) -> Result<Option<i32>> {
+    pub fn job(&mut self, j: &Job, what: &str) -> Result<Option<i32>> {
         let (argv, cwd) = self.runtime.argv(j);
         writeln!(self.log, "$ {}", shell_quote(&argv))?;
         info(&format!("{}: {what}", self.label));
@@ -296,7 +335,7 @@ impl Run<'_> {
 }
 
 /// Podman reports its own failures (not the command's) with 125..=127.
-fn infra_exit(runtime: Runtime, code: i32) -> bool {
+pub(crate) fn infra_exit(runtime: Runtime, code: i32) -> bool {
     runtime == Runtime::Podman && (125..=127).contains(&code)
 }
 
@@ -342,7 +381,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     let t0 = Instant::now();
     let tc = toolchain(paths, opts.runtime, opts.dry_run)?;
     durations.push(("images".into(), t0.elapsed().as_secs_f64()));
-    let l = Layout::new(paths, &tc.kernel_version, variant);
+    let l = Layout::with_extra(paths, &tc.kernel_version, variant, &extra);
     let env = match opts.runtime {
         Runtime::Podman => vec![podman_env(&paths.repo)],
         Runtime::Host => vec![],
@@ -415,14 +454,19 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     }
     durations.push(("source".into(), t.elapsed().as_secs_f64()));
 
-    // 2. Build tree: reuse the other variant's, if it has been built.
+    // 2. Build tree: start from the plain tree of this variant (for -K
+    // builds) or from the other variant's, if one has been built.
     if !l.build.join(".config").is_file() {
         need_space(&paths.cache, BUILD_SPACE, "the build tree")?;
+        let plain = Layout::new(paths, &tc.kernel_version, variant).build;
         let other = Layout::new(paths, &tc.kernel_version, variant.other()).build;
-        if other.join(".phyfarm-built").is_file() {
+        let seed = [plain, other]
+            .into_iter()
+            .find(|t| *t != l.build && t.join(".phyfarm-built").is_file());
+        if let Some(other) = seed {
             info(&format!(
-                "{label}: starting from the {} build tree",
-                variant.other()
+                "{label}: starting from the build tree {}",
+                other.display()
             ));
             let tmp = l.build.with_extension("tmp");
             let _ = std::fs::remove_dir_all(&tmp);
@@ -495,6 +539,8 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
         Some(code) if infra_exit(opts.runtime, code) => Status::Error,
         Some(_) => Status::Fail,
     };
+    let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    record_base_warnings(&l.build, &crate::warnings::parse(&log_text))?;
     let mut artifacts = BTreeMap::new();
     let mut log_excerpt = Vec::new();
     if status == Status::Pass {
@@ -512,8 +558,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
             artifacts.insert(name.to_string(), dest.display().to_string());
         }
     } else {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        log_excerpt = metadata::error_excerpt(&text, 20);
+        log_excerpt = metadata::error_excerpt(&log_text, 20);
     }
     artifacts.insert("build.log".into(), log_path.display().to_string());
     let meta = BuildMetadata {
@@ -562,10 +607,29 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     }
 }
 
+/// The warning keys every base build of a tree has shown (incremental builds
+/// only show the warnings of what they recompiled, so the set accumulates).
+pub fn base_warning_keys(build: &Path) -> std::collections::BTreeSet<String> {
+    metadata::read_json(&build.join(".phyfarm-warnings.json"))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn record_base_warnings(build: &Path, found: &[crate::warnings::Warning]) -> Result<()> {
+    let mut keys = base_warning_keys(build);
+    let before = keys.len();
+    keys.extend(found.iter().map(|w| w.key.clone()));
+    if keys.len() != before || !build.join(".phyfarm-warnings.json").exists() {
+        metadata::write_json_atomic(&build.join(".phyfarm-warnings.json"), &keys)?;
+    }
+    Ok(())
+}
+
 /// An exclusive lock on a build tree, held for the guard's life.
 pub struct Lock(#[allow(dead_code)] File);
 
-fn lock(path: &Path, label: &str) -> Result<Lock> {
+pub(crate) fn lock(path: &Path, label: &str) -> Result<Lock> {
     use std::os::fd::AsRawFd;
     let f = File::create(path)?;
     // SAFETY: flock on a file descriptor we own.
@@ -608,6 +672,22 @@ mod tests {
             Path::new("/cache/src/linux-source-6.12_6.12.1-1/linux-source-6.12")
         );
         assert_eq!(l.build, Path::new("/cache/build/6.12.1-1/c"));
+    }
+
+    #[test]
+    fn extra_options_get_their_own_tree() {
+        let plain = Layout::with_extra(&paths(), "v", Variant::Rust, "");
+        let k = Layout::with_extra(&paths(), "v", Variant::Rust, "CONFIG_KUNIT=y\n");
+        assert_eq!(plain.build, Path::new("/cache/build/v/rust"));
+        assert_ne!(k.build, plain.build);
+        assert!(k
+            .build
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("rust-"));
+        assert_eq!(k.src, plain.src);
     }
 
     #[test]

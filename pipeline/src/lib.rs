@@ -4,18 +4,30 @@
 //! function here, so tests drive the same code the user runs.
 
 pub mod accel;
+pub mod apply;
 pub mod boot;
 pub mod cli;
 pub mod config;
 pub mod cpio;
 pub mod doctor;
+pub mod export;
+pub mod farm;
+pub mod guest;
 pub mod images;
 pub mod kconfig;
 pub mod kernel;
 pub mod metadata;
 pub mod progress;
+pub mod record;
+pub mod results;
+pub mod run;
 pub mod runtime;
 pub mod series;
+pub mod series_build;
+pub mod series_changed;
+pub mod store;
+pub mod verdict;
+pub mod warnings;
 
 /// How a run ended, shared by the CLI and the test harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -423,6 +423,19 @@ impl Phy {
                 self.needs_reset = true;
             }
             log_i!("phy: link down ({:?})", st.state);
+        } else if was_up && is_up && (st.mode != self.last.mode || st.pause != self.last.pause) {
+            // A PHY whose speed, duplex or pause changes under a live link
+            // (forced mode written, partner changed) retrains: the link drops
+            // and returns, and the latched-low status shows the drop. Linux
+            // relies on that to reprogram the MAC (phylink mac_link_up);
+            // without it the MAC keeps the old medium mode.
+            self.link_downs += 1;
+            self.link_ups += 1;
+            self.latched_down = true;
+            if let Some(m) = st.mode {
+                let d = if m.full_duplex() { "full" } else { "half" };
+                log_i!("phy: link retrained at {}/{d}", m.speed());
+            }
         } else if !was_up && is_up {
             self.link_ups += 1;
             if let Some(m) = st.mode {

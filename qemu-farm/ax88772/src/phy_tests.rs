@@ -125,6 +125,29 @@ fn forced_speed_and_duplex() {
 }
 
 #[test]
+fn a_mode_change_under_a_live_link_shows_as_a_latched_drop() {
+    // Linux (phylib polling) reads BMSR once while the link is up: only the
+    // latched-low status tells it to reprogram the MAC for the new mode.
+    let (mut p, _) = phy();
+    assert_ne!(p.read(reg::BMSR) & bmsr::LSTATUS, 0);
+    let (ups, downs) = (p.snapshot().link_ups, p.snapshot().link_downs);
+    p.write(reg::BMCR, 0x0000); // forced 10/half
+    assert!(p.link_up());
+    assert_eq!(
+        p.read(reg::BMSR) & bmsr::LSTATUS,
+        0,
+        "the retrain is latched"
+    );
+    assert_ne!(p.read(reg::BMSR) & bmsr::LSTATUS, 0);
+    let s = p.snapshot();
+    assert_eq!((s.speed, s.full_duplex), (Some(10), Some(false)));
+    assert_eq!((s.link_ups, s.link_downs), (ups + 1, downs + 1));
+    // Writing the same mode again is no change.
+    p.write(reg::BMCR, 0x0000);
+    assert_ne!(p.read(reg::BMSR) & bmsr::LSTATUS, 0);
+}
+
+#[test]
 fn parallel_detection_gives_half_duplex() {
     let (mut p, _) = phy();
     p.set_partner(Partner {

@@ -236,8 +236,18 @@ enum Dgram {
     Udp(UdpSocket, String),
 }
 
+/// Frames held while the partner's socket queue is full (a unix datagram
+/// receiver queues only net.unix.max_dgram_qlen = 10 by default; QEMU drains
+/// it when its NIC has buffers). About 30 ms of 100 Mbit/s traffic, like a
+/// switch port's buffer.
+pub const DGRAM_QUEUE: usize = 256;
+
 pub struct DgramWire {
     sock: Dgram,
+    /// The unix socket is connected to the peer once it exists, so a full
+    /// peer queue reads as EAGAIN and poll(POLLOUT) says when it drains.
+    connected: bool,
+    queue: std::collections::VecDeque<Vec<u8>>,
     warned: bool,
     pub dropped: u64,
 }
@@ -268,9 +278,39 @@ impl DgramWire {
         };
         Ok(DgramWire {
             sock,
+            connected: false,
+            queue: std::collections::VecDeque::new(),
             warned: false,
             dropped: 0,
         })
+    }
+
+    fn send_now(&mut self, frame: &[u8]) -> io::Result<usize> {
+        match &self.sock {
+            Dgram::Unix(s, r) => {
+                if !self.connected {
+                    s.connect(r)?;
+                    self.connected = true;
+                }
+                let res = s.send(frame);
+                if let Err(e) = &res {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        // The peer went away (or was replaced): reconnect next time.
+                        self.connected = false;
+                    }
+                }
+                res
+            }
+            Dgram::Udp(s, r) => s.send_to(frame, r.as_str()),
+        }
+    }
+
+    fn failed(&mut self, e: &io::Error) {
+        self.dropped += 1;
+        if !self.warned {
+            log_w!("wire: dgram send failed ({e}); frames are dropped until the peer is up");
+            self.warned = true;
+        }
     }
 }
 
@@ -302,18 +342,35 @@ impl Wire for DgramWire {
     }
 
     fn send(&mut self, frame: &[u8]) {
-        let r = match &self.sock {
-            Dgram::Unix(s, r) => s.send_to(frame, r),
-            Dgram::Udp(s, r) => s.send_to(frame, r.as_str()),
-        };
-        if let Err(e) = r {
-            self.dropped += 1;
-            if !self.warned {
-                log_w!("wire: dgram send failed ({e}); frames are dropped until the peer is up");
-                self.warned = true;
+        if !self.queue.is_empty() {
+            if self.queue.len() >= DGRAM_QUEUE {
+                self.dropped += 1;
+            } else {
+                self.queue.push_back(frame.to_vec());
             }
-        } else {
-            self.warned = false;
+            return;
+        }
+        match self.send_now(frame) {
+            Ok(_) => self.warned = false,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.queue.push_back(frame.to_vec()),
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    fn wants_write(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    fn flush(&mut self) {
+        while let Some(f) = self.queue.pop_front() {
+            match self.send_now(&f) {
+                Ok(_) => self.warned = false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.queue.push_front(f);
+                    return;
+                }
+                Err(e) => self.failed(&e),
+            }
         }
     }
 
@@ -472,6 +529,45 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(got, Some(vec![4, 5]));
+        drop(w);
+        let _ = std::fs::remove_file(&b);
+    }
+
+    #[test]
+    fn dgram_holds_frames_while_the_peer_queue_is_full() {
+        let (a, b) = (tmp("qa.sock"), tmp("qb.sock"));
+        let spec = WireSpec::Dgram {
+            local: SockAddr::Unix(a.clone()),
+            remote: SockAddr::Unix(b.clone()),
+        };
+        let peer = UnixDatagram::bind(&b).unwrap();
+        let mut w = open(&spec).unwrap();
+        let n = 100u8;
+        for i in 0..n {
+            w.send(&[i; 60]);
+        }
+        assert!(
+            w.wants_write(),
+            "a 10-deep peer queue cannot take 100 frames"
+        );
+        let mut got = Vec::new();
+        let mut buf = [0u8; 128];
+        peer.set_nonblocking(true).unwrap();
+        for _ in 0..10_000 {
+            while let Ok(len) = peer.recv(&mut buf) {
+                got.push(buf[..len].to_vec());
+            }
+            w.flush();
+            if got.len() == n as usize {
+                break;
+            }
+        }
+        assert_eq!(got.len(), n as usize, "no frame lost");
+        assert!(
+            got.iter().enumerate().all(|(i, f)| f[0] == i as u8),
+            "in order"
+        );
+        assert!(!w.wants_write());
         drop(w);
         let _ = std::fs::remove_file(&b);
     }

@@ -1,0 +1,379 @@
+//! The revision page: per-patch apply and build in each variant, the Rust
+//! gates, the farm matrix, each against the base and the previous revision;
+//! measurements with their noise band; the warnings diff; the runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use phyfarm::results::{RevisionRef, Run, Status, Timestamp};
+use phyfarm::store::{self, Store};
+use phyfarm::verdict::{
+    compare, Band, CheckKey, Checks, Finding, FindingKind, Movement, Review, Transition,
+};
+use serde::Serialize;
+
+use super::{
+    clean, clean_reviews, clean_transitions, complete_runs, report, PageError, RevisionSummary,
+};
+
+/// One check of the revision with what it was in the base and in the
+/// previous revision.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckCell {
+    pub path: String,
+    pub variant: Option<String>,
+    pub status: Status,
+    pub base: Option<Status>,
+    pub previous: Option<Status>,
+    /// new-failure, fixed, still-failing, incomplete (None: nothing to say).
+    pub vs_base: Option<FindingKind>,
+    pub vs_previous: Option<FindingKind>,
+    pub flaky: Option<String>,
+    pub excerpt: String,
+    /// How many runs saw it.
+    pub runs: usize,
+    /// The latest run that has it (its logs are on that run's page).
+    pub run: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchRow {
+    pub position: u32,
+    pub subject: String,
+    pub author: String,
+    pub author_email: String,
+    pub file: String,
+    pub message_id: Option<String>,
+    pub patch_id: String,
+    pub apply: Option<CheckCell>,
+    /// One per variant of [`RevisionPage::variants`].
+    pub builds: Vec<Option<CheckCell>>,
+}
+
+/// A farm check across variants.
+#[derive(Debug, Clone, Serialize)]
+pub struct MatrixRow {
+    pub check: String,
+    /// One per variant of [`RevisionPage::variants`].
+    pub cells: Vec<Option<CheckCell>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MeasurementRow {
+    pub name: String,
+    pub variant: Option<String>,
+    pub unit: String,
+    pub value: f64,
+    pub samples: usize,
+    /// The base's noise band.
+    pub band: Option<Band>,
+    pub delta_pct: Option<f64>,
+    pub movement: Movement,
+    /// The previous revision's value.
+    pub previous: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WarningRow {
+    pub build: String,
+    pub detail: String,
+    /// The warning lines this build added.
+    pub lines: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunLink {
+    pub id: String,
+    pub started: Timestamp,
+    pub finished: Option<Timestamp>,
+    pub accelerator: String,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RevisionPage {
+    pub generated: Timestamp,
+    pub summary: RevisionSummary,
+    pub tree: Option<String>,
+    pub message_id: Option<String>,
+    pub patchset_hash: String,
+    /// The kernel base of the latest run.
+    pub base: Option<String>,
+    pub base_run: Option<String>,
+    pub previous: Option<String>,
+    pub next: Option<String>,
+    pub variants: Vec<String>,
+    pub patches: Vec<PatchRow>,
+    pub gates: Vec<CheckCell>,
+    pub farm: Vec<MatrixRow>,
+    /// Checks of no other family (harness records, ...).
+    pub other: Vec<CheckCell>,
+    pub measurements: Vec<MeasurementRow>,
+    pub warnings: Vec<WarningRow>,
+    pub runs: Vec<RunLink>,
+    pub transitions: Vec<Transition>,
+    pub reviews: Vec<Review>,
+}
+
+fn finding_map(findings: &[Finding]) -> BTreeMap<CheckKey, FindingKind> {
+    let mut m = BTreeMap::new();
+    for f in findings
+        .iter()
+        .filter(|f| f.kind != FindingKind::NewWarning)
+    {
+        m.entry(f.check.clone()).or_insert(f.kind);
+    }
+    m
+}
+
+/// The base's check a per-patch build compares with.
+fn base_key(key: &CheckKey) -> CheckKey {
+    if key.family() == "build" && key.patch().is_some() {
+        let variant = key.path.split('.').nth(1).unwrap_or("");
+        return CheckKey {
+            path: format!("build.{variant}.base"),
+            variant: None,
+        };
+    }
+    key.clone()
+}
+
+struct Cells<'a> {
+    checks: &'a Checks,
+    base: Checks,
+    previous: Checks,
+    vs_base: BTreeMap<CheckKey, FindingKind>,
+    vs_previous: BTreeMap<CheckKey, FindingKind>,
+    last_run: BTreeMap<CheckKey, String>,
+}
+
+impl Cells<'_> {
+    fn cell(&self, key: &CheckKey) -> Option<CheckCell> {
+        let st = self.checks.get(key)?;
+        let bk = base_key(key);
+        Some(CheckCell {
+            path: key.path.clone(),
+            variant: key.variant.clone(),
+            status: st.status,
+            base: self
+                .base
+                .get(&bk)
+                .or_else(|| (bk != *key).then(|| self.checks.get(&bk)).flatten())
+                .map(|c| c.status),
+            previous: self.previous.get(key).map(|c| c.status),
+            vs_base: self.vs_base.get(key).copied(),
+            vs_previous: self.vs_previous.get(key).copied(),
+            flaky: st.flaky.as_deref().map(clean),
+            excerpt: clean(&st.log_excerpt),
+            runs: st.runs,
+            run: self.last_run.get(key).cloned(),
+        })
+    }
+}
+
+fn check_keys(run: &Run) -> Vec<CheckKey> {
+    let builds = run.builds.iter().map(|b| CheckKey {
+        path: b.path(),
+        variant: None,
+    });
+    let tests = run.tests.iter().map(|t| CheckKey {
+        path: t.path.clone(),
+        variant: t.variant.clone(),
+    });
+    builds.chain(tests).collect()
+}
+
+pub fn revision(
+    store: &dyn Store,
+    r: &RevisionRef,
+    now: Timestamp,
+) -> Result<RevisionPage, PageError> {
+    let rec = store.revision(r)?;
+    let r = rec.reference();
+    let rep = report(store, &r, now)?;
+    let runs = complete_runs(store, &r)?;
+    let all_runs = store.runs(&r)?;
+    let base_run = match &rep.base_run {
+        Some(id) => store.run(id)?.map(|x| x.run),
+        None => None,
+    };
+    let all = store.revisions()?;
+    let prev_rec = store::previous_revision(&all, &rec);
+    let prev_runs = match &prev_rec {
+        Some(p) => complete_runs(store, &p.reference())?,
+        None => vec![],
+    };
+    let mut last_run = BTreeMap::new();
+    for run in &runs {
+        for k in check_keys(run) {
+            last_run.insert(k, run.id.clone());
+        }
+    }
+    let cells = Cells {
+        checks: &rep.checks,
+        base: compare::aggregate(&base_run.iter().collect::<Vec<_>>()),
+        previous: compare::aggregate(&prev_runs.iter().collect::<Vec<_>>()),
+        vs_base: finding_map(&rep.vs_base),
+        vs_previous: finding_map(&rep.vs_previous),
+        last_run,
+    };
+
+    let mut variants = BTreeSet::new();
+    for k in rep.checks.keys() {
+        if let Some(v) = &k.variant {
+            variants.insert(v.clone());
+        }
+        if k.family() == "build" {
+            if let Some(v) = k.path.split('.').nth(1) {
+                variants.insert(v.to_string());
+            }
+        }
+    }
+    // rust first, then c, then anything else.
+    let mut variants: Vec<String> = variants.into_iter().collect();
+    variants.sort_by_key(|v| (v != "rust", v != "c", v.clone()));
+
+    let key = |path: String, variant: Option<String>| CheckKey { path, variant };
+    let mut patches: Vec<PatchRow> = rec
+        .info
+        .patches
+        .iter()
+        .map(|p| PatchRow {
+            position: p.position,
+            subject: clean(&p.subject),
+            author: clean(&p.author),
+            author_email: clean(&p.author_email),
+            file: clean(&p.file),
+            message_id: p.message_id.as_deref().map(clean),
+            patch_id: clean(&p.patch_id),
+            apply: cells.cell(&key(format!("apply.patch{}", p.position), None)),
+            builds: variants
+                .iter()
+                .map(|v| cells.cell(&key(format!("build.{v}.patch{}", p.position), None)))
+                .collect(),
+        })
+        .collect();
+    patches.sort_by_key(|p| p.position);
+
+    let mut gates = Vec::new();
+    let mut other = Vec::new();
+    let mut farm: BTreeMap<String, Vec<Option<CheckCell>>> = BTreeMap::new();
+    for k in rep.checks.keys() {
+        match k.family() {
+            "apply" | "build" => {
+                // Shown per patch; base builds and stray ones too.
+                let shown = k
+                    .patch()
+                    .is_some_and(|n| n as usize <= rec.info.patches.len());
+                if !shown && !k.path.ends_with(".base") {
+                    other.extend(cells.cell(k));
+                }
+            }
+            "gate" => gates.extend(cells.cell(k)),
+            "farm" => {
+                let row = farm
+                    .entry(k.path.clone())
+                    .or_insert_with(|| vec![None; variants.len()]);
+                let col = k
+                    .variant
+                    .as_ref()
+                    .and_then(|v| variants.iter().position(|x| x == v));
+                match col {
+                    Some(i) => row[i] = cells.cell(k),
+                    None => other.extend(cells.cell(k)),
+                }
+            }
+            _ => other.extend(cells.cell(k)),
+        }
+    }
+    let farm = farm
+        .into_iter()
+        .filter(|(_, c)| c.iter().any(Option::is_some))
+        .map(|(check, cells)| MatrixRow { check, cells })
+        .collect();
+
+    let prev_values: BTreeMap<(String, Option<String>), f64> = {
+        let refs: Vec<&Run> = prev_runs.iter().collect();
+        compare::measurements(&refs, &[])
+            .into_iter()
+            .map(|m| ((m.name, m.variant), m.value))
+            .collect()
+    };
+    let mut ordered: Vec<&compare::MeasurementDelta> = rep.measurements.iter().collect();
+    // Throughput first, then link-flap timings, then the rest; rust before c.
+    ordered.sort_by_key(|m| {
+        let family = if m.name.contains("throughput") {
+            0
+        } else if m.name.contains("flap") {
+            1
+        } else {
+            2
+        };
+        let variant = m.variant.as_deref().map(|v| (v != "rust", v != "c"));
+        (family, m.name.clone(), variant)
+    });
+    let measurements = ordered
+        .into_iter()
+        .map(|m| MeasurementRow {
+            name: m.name.clone(),
+            variant: m.variant.clone(),
+            unit: m.unit.clone(),
+            value: m.value,
+            samples: m.samples,
+            band: m.base,
+            delta_pct: m.delta_pct,
+            movement: m.movement,
+            previous: prev_values
+                .get(&(m.name.clone(), m.variant.clone()))
+                .copied(),
+        })
+        .collect();
+
+    let last = runs.last();
+    let warnings = rep
+        .vs_base
+        .iter()
+        .filter(|f| f.kind == FindingKind::NewWarning)
+        .map(|f| WarningRow {
+            build: f.check.path.clone(),
+            detail: clean(&f.detail),
+            lines: last
+                .and_then(|run| run.builds.iter().find(|b| b.path() == f.check.path))
+                .map(|b| b.new_warnings.iter().map(|w| clean(w)).collect())
+                .unwrap_or_default(),
+        })
+        .collect();
+
+    let next = store::newer_revisions(&all, &rec)
+        .first()
+        .map(|n| n.reference().to_string());
+    Ok(RevisionPage {
+        generated: now,
+        summary: RevisionSummary::new(&rec, &rep, now),
+        tree: rec.info.tree.as_deref().map(clean),
+        message_id: rec.info.message_id.as_deref().map(clean),
+        patchset_hash: rec.info.patchset_hash.clone(),
+        base: all_runs.last().map(|x| clean(&x.run.base)),
+        base_run: rep.base_run.clone(),
+        previous: rep.previous.as_ref().map(|p| p.to_string()),
+        next,
+        variants,
+        patches,
+        gates,
+        farm,
+        other,
+        measurements,
+        warnings,
+        runs: all_runs
+            .iter()
+            .map(|x| RunLink {
+                id: x.run.id.clone(),
+                started: x.run.started,
+                finished: x.run.finished,
+                accelerator: clean(&x.run.environment.accelerator),
+                state: x.state.name().to_string(),
+            })
+            .collect(),
+        transitions: clean_transitions(&rep.transitions),
+        reviews: clean_reviews(&rep.reviews),
+    })
+}

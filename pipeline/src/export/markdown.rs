@@ -1,0 +1,183 @@
+//! A markdown summary for a pull-request comment or a GitHub check run:
+//! the state and why, what counts against the series, what got fixed, the
+//! flaky checks, the measurements with their noise band, and the link to
+//! the dashboard. Every string from a patch or a log is escaped.
+
+use super::patchwork::{self, CheckState4};
+use super::Bundle;
+use crate::verdict::{FindingKind, Movement};
+
+/// Escape markdown (and inline HTML) so patch text renders as text.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '`' | '*' | '_' | '[' | ']' | '(' | ')' | '#' | '|' | '!' | '~' | '{' | '}' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn icon(s: CheckState4) -> &'static str {
+    match s {
+        CheckState4::Success => "✅ success",
+        CheckState4::Warning => "⚠️ warning",
+        CheckState4::Pending => "⏳ pending",
+        CheckState4::Fail => "❌ fail",
+    }
+}
+
+pub fn export(b: &Bundle) -> String {
+    let rep = &b.report;
+    let mut s = String::new();
+    let state = rep
+        .state
+        .map_or("not yet recorded".to_string(), |s| s.to_string());
+    s.push_str(&format!(
+        "### phyfarm: {} is **{state}**\n\n",
+        escape(&rep.revision.to_string())
+    ));
+    if !rep.reason.is_empty() {
+        s.push_str(&format!("> {}\n\n", escape(&rep.reason)));
+    }
+    s.push_str("| patch | apply | build |\n|---|---|---|\n");
+    for p in &b.revision.info.patches {
+        let checks = patchwork::patch_checks(b, p.position);
+        let apply = checks.iter().find(|c| c.context == "phyfarm-apply");
+        let builds: Vec<String> = checks
+            .iter()
+            .filter(|c| c.context.starts_with("phyfarm-build-"))
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c.context.trim_start_matches("phyfarm-build-"),
+                    icon(c.state)
+                )
+            })
+            .collect();
+        s.push_str(&format!(
+            "| {}/{} {} | {} | {} |\n",
+            p.position,
+            b.revision.info.patches.len(),
+            escape(&p.subject),
+            apply.map_or("", |c| icon(c.state)),
+            builds.join(", ")
+        ));
+    }
+    s.push('\n');
+    let section = |s: &mut String, title: &str, kind: FindingKind| {
+        let f: Vec<_> = rep.vs_base.iter().filter(|f| f.kind == kind).collect();
+        if f.is_empty() {
+            return;
+        }
+        s.push_str(&format!("**{title}** ({})\n\n", f.len()));
+        for x in f {
+            s.push_str(&format!(
+                "- `{}` {}",
+                x.check.to_string().replace('`', "'"),
+                x.status
+            ));
+            if !x.detail.is_empty() {
+                s.push_str(&format!(": {}", escape(&x.detail)));
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+    };
+    section(
+        &mut s,
+        "New failures against the base",
+        FindingKind::NewFailure,
+    );
+    section(
+        &mut s,
+        "Could not complete (rerun needed)",
+        FindingKind::Incomplete,
+    );
+    section(&mut s, "New warnings", FindingKind::NewWarning);
+    section(
+        &mut s,
+        "Failing on the base too (not counted)",
+        FindingKind::StillFailing,
+    );
+    section(&mut s, "Fixed", FindingKind::Fixed);
+    let flaky: Vec<_> = rep.flaky().collect();
+    if !flaky.is_empty() {
+        s.push_str(&format!(
+            "**Flaky** ({}, not counted, listed)\n\n",
+            flaky.len()
+        ));
+        for (k, c) in flaky {
+            s.push_str(&format!(
+                "- `{}`: {}\n",
+                k.to_string().replace('`', "'"),
+                escape(c.flaky.as_deref().unwrap_or(""))
+            ));
+        }
+        s.push('\n');
+    }
+    if let Some(p) = &rep.previous {
+        let changed: Vec<_> = rep
+            .vs_previous
+            .iter()
+            .filter(|f| matches!(f.kind, FindingKind::NewFailure | FindingKind::Fixed))
+            .collect();
+        s.push_str(&format!(
+            "Against {}: {} changed\n\n",
+            escape(&p.to_string()),
+            changed.len()
+        ));
+        for f in changed {
+            s.push_str(&format!(
+                "- {}: `{}`\n",
+                f.kind.label(),
+                f.check.to_string().replace('`', "'")
+            ));
+        }
+        if !rep.vs_previous.is_empty() {
+            s.push('\n');
+        }
+    }
+    if !rep.measurements.is_empty() {
+        s.push_str("| measurement | value | base noise band | Δ | call |\n|---|---|---|---|---|\n");
+        for m in &rep.measurements {
+            let band = m.base.map_or("—".to_string(), |b| {
+                format!("{:.4e} … {:.4e} (n={})", b.low, b.high, b.samples)
+            });
+            let call = match m.movement {
+                Movement::Regression => "❌ regression",
+                Movement::Improvement => "improvement",
+                Movement::WithinNoise => "within noise",
+                Movement::NoBand => "no band (<2 base samples)",
+                Movement::NoBase => "no base",
+            };
+            s.push_str(&format!(
+                "| {}{} | {:.4e} {} | {band} | {} | {call} |\n",
+                escape(&m.name),
+                m.variant
+                    .as_deref()
+                    .map(|v| format!(" ({})", escape(v)))
+                    .unwrap_or_default(),
+                m.value,
+                escape(&m.unit),
+                m.delta_pct.map_or("—".into(), |d| format!("{d:+.1}%")),
+            ));
+        }
+        s.push('\n');
+    }
+    if let Some(at) = rep.ready_at {
+        s.push_str(&format!(
+            "Ready to merge at {at} unless someone objects.\n\n"
+        ));
+    }
+    s.push_str(&format!("Details: {}\n", b.target_url()));
+    s
+}

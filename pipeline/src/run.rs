@@ -1,0 +1,333 @@
+//! `phyfarm run [DIR]`: the main job end to end on one series revision:
+//! ingest, per-patch apply and build in both variants with the Rust gates,
+//! a boot check of each resulting kernel, the farm's checks on the patched
+//! kernels and on the unpatched base in the same environment, and the
+//! verdict. Defaults to the shipped series' newest revision.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::boot::{self, BootOptions};
+use crate::config::{Paths, Variant};
+use crate::progress::info;
+use crate::series_build::{self, SeriesBuildOptions};
+use crate::Outcome;
+
+/// The series the product ships with.
+pub const SHIPPED_SERIES: &str = "patches/rust-phy-enum-check";
+
+/// The newest `v<N>` folder of a series folder.
+pub fn newest_revision(series: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(series)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n: u32 = name.strip_prefix('v')?.parse().ok()?;
+            e.path().is_dir().then_some((n, e.path()))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, p)| p)
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub dir: Option<PathBuf>,
+    /// The results store the run is recorded in.
+    pub store: PathBuf,
+    pub out: Option<PathBuf>,
+    pub build: SeriesBuildOptions,
+    pub boot: BootOptions,
+    /// Run the farm (None: skip it).
+    pub farm: Option<crate::farm::TestOptions>,
+}
+
+/// The farm's results.json, turned into the store's tests and measurements.
+pub fn farm_results(
+    dir: &Path,
+) -> Result<(
+    Vec<crate::results::TestResult>,
+    Vec<crate::results::Measurement>,
+)> {
+    use crate::results::{Measurement, Status, TestResult};
+    let r: crate::farm::Results = crate::metadata::read_json(&dir.join("results.json"))?
+        .ok_or_else(|| anyhow::anyhow!("{} is missing", dir.join("results.json").display()))?;
+    let mut tests: Vec<TestResult> = Vec::new();
+    let mut ms = Vec::new();
+    for t in &r.tests {
+        let attempt = tests
+            .iter()
+            .filter(|x| x.path == t.id && x.variant == t.variant)
+            .count() as u32;
+        if attempt > 1 || !crate::results::valid_path(&t.id) {
+            continue;
+        }
+        tests.push(TestResult {
+            path: t.id.clone(),
+            variant: t.variant.clone(),
+            status: Status::parse(&t.status).unwrap_or(Status::Error),
+            duration_s: Some(t.duration),
+            log_path: None,
+            log_excerpt: t.message.clone(),
+            attempt,
+        });
+        if attempt > 0 {
+            continue;
+        }
+        for m in &t.measurements {
+            let name = format!("{}.{}", t.id, m.name);
+            if !crate::results::valid_path(&name) || !m.value.is_finite() {
+                continue;
+            }
+            ms.push(Measurement {
+                name,
+                variant: t.variant.clone(),
+                value: m.value,
+                unit: m.unit.clone(),
+                samples: vec![m.value],
+                lower_is_better: m.unit == "s" || m.unit == "%",
+            });
+        }
+    }
+    Ok((tests, ms))
+}
+
+/// Run the farm on the kernels under `artifacts` (`<variant>/bzImage`), into `out`.
+fn farm(paths: &Paths, base: &crate::farm::TestOptions, artifacts: &Path, out: &Path) -> Outcome {
+    let mut o = base.clone();
+    o.artifacts = Some(artifacts.to_path_buf());
+    o.out = Some(out.to_path_buf());
+    let repro = format!(
+        "phyfarm test --artifacts {} -o {}",
+        artifacts.display(),
+        out.display()
+    );
+    match crate::farm::test(paths, &o, &repro) {
+        Ok(x) => x,
+        Err(e) => {
+            crate::progress::warn(&format!(
+                "the farm could not run on {}: {e:#}",
+                artifacts.display()
+            ));
+            Outcome::Error
+        }
+    }
+}
+
+pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
+    let dir = match opts.dir.take() {
+        Some(d) => d,
+        None => newest_revision(&paths.repo.join(SHIPPED_SERIES)).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no revision folders in {}",
+                paths.repo.join(SHIPPED_SERIES).display()
+            )
+        })?,
+    };
+    let s = crate::series::load(&dir)?;
+    let out = opts.out.clone().unwrap_or_else(|| {
+        let name = dir
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "series".into());
+        paths.runs_dir().join(format!("{name}-v{}", s.version))
+    });
+    let mut b = opts.build.clone();
+    b.dir = dir.clone();
+    b.out = out.clone();
+    info(&format!("run: {} -> {}", dir.display(), out.display()));
+    let started = crate::results::Timestamp::now();
+    let summary = series_build::build_series_summary(paths, &b)?;
+    let built = series_build::outcome(&summary);
+    let mut worst = built;
+    let mut boots = Vec::new();
+    let mut base_boots = Vec::new();
+    let mut lines = vec![format!(
+        "build: {} (series-build.json in {})",
+        match built {
+            Outcome::Pass => "PASS",
+            Outcome::Fail => "FAIL",
+            Outcome::Error => "ERROR",
+        },
+        out.display()
+    )];
+    for v in &b.variants {
+        // The unpatched base boots too: the verdict compares like with like.
+        let base_kernel = out.join("base").join(v.name()).join("bzImage");
+        if base_kernel.is_file() {
+            let mut bo = opts.boot.clone();
+            bo.kernel = base_kernel.clone();
+            bo.out = Some(out.join("base").join(v.name()).join("boot"));
+            bo.expect = Some(*v);
+            let repro = format!("phyfarm boot --kernel {}", base_kernel.display());
+            let _ = boot::boot(paths, &bo, &repro);
+            base_boots.push(crate::record::read_boot(
+                *v,
+                &out.join("base").join(v.name()).join("boot"),
+            ));
+        }
+        let kernel = out.join(v.name()).join("bzImage");
+        if !kernel.is_file() {
+            lines.push(format!("{v}: no kernel to boot (the series did not build)"));
+            continue;
+        }
+        let mut bo = opts.boot.clone();
+        bo.kernel = kernel.clone();
+        bo.out = Some(out.join(v.name()).join("boot"));
+        bo.expect = Some(*v);
+        let repro = format!("phyfarm boot --kernel {}", kernel.display());
+        let booted = boot::boot(paths, &bo, &repro).unwrap_or(Outcome::Error);
+        boots.push(crate::record::read_boot(
+            *v,
+            &out.join(v.name()).join("boot"),
+        ));
+        if booted != Outcome::Pass && worst == Outcome::Pass {
+            worst = booted;
+        }
+        lines.push(format!(
+            "{v}: boot {}, kernel {}, console {}",
+            if booted == Outcome::Pass {
+                "PASS"
+            } else {
+                "FAIL"
+            },
+            kernel.display(),
+            out.join(v.name()).join("boot/console.log").display()
+        ));
+    }
+    // The farm, on the patched kernels and on the base in the same environment.
+    let mut farm_rev = (Vec::new(), Vec::new());
+    let mut farm_base = (Vec::new(), Vec::new());
+    let built_any = b
+        .variants
+        .iter()
+        .any(|v| out.join(v.name()).join("bzImage").is_file());
+    if let (Some(f), true) = (&opts.farm, built_any) {
+        let o = farm(paths, f, &out.join("base"), &out.join("base").join("farm"));
+        if let Ok(r) = farm_results(&out.join("base").join("farm")) {
+            farm_base = r;
+        }
+        lines.push(format!(
+            "farm on the base: {o:?}, {}",
+            out.join("base/farm").display()
+        ));
+        let o = farm(paths, f, &out, &out.join("farm"));
+        match farm_results(&out.join("farm")) {
+            Ok(r) => farm_rev = r,
+            Err(e) => crate::progress::warn(&format!("{e:#}")),
+        }
+        lines.push(format!("farm: {o:?}, {}", out.join("farm").display()));
+        if o != Outcome::Pass && worst == Outcome::Pass {
+            worst = o;
+        }
+    }
+    for l in lines {
+        println!("{l}");
+    }
+    record(
+        &opts.store,
+        &dir,
+        &out,
+        &summary,
+        &boots,
+        &base_boots,
+        farm_base,
+        farm_rev,
+        started,
+    )?;
+    println!("{}", out.display());
+    Ok(worst)
+}
+
+/// Farm tests and measurements of one set of kernels.
+type Farm = (
+    Vec<crate::results::TestResult>,
+    Vec<crate::results::Measurement>,
+);
+
+/// Record the base and the revision in the store and print the verdict.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    store: &Path,
+    dir: &Path,
+    out: &Path,
+    b: &series_build::SeriesBuild,
+    boots: &[crate::record::Boot],
+    base_boots: &[crate::record::Boot],
+    farm_base: Farm,
+    farm_rev: Farm,
+    started: crate::results::Timestamp,
+) -> Result<()> {
+    use crate::record;
+    let accel = boots
+        .iter()
+        .chain(base_boots)
+        .map(|b| b.accel.clone())
+        .find(|a| !a.is_empty())
+        .unwrap_or_else(|| "none".into());
+    let meta: Option<crate::metadata::BuildMetadata> = b.base.keys().next().and_then(|v| {
+        crate::metadata::read_json(&out.join("base").join(v).join("metadata.json"))
+            .ok()
+            .flatten()
+    });
+    let tools = meta.map(|m| m.tools).unwrap_or_default();
+    let env = record::environment(b, &accel, &tools);
+    let name = record::series_name(dir);
+    let mut base = record::base_run(b, out, base_boots, &env, started);
+    let mut rev = record::revision_run(&name, b, boots, &env, started);
+    base.tests.extend(farm_base.0);
+    base.measurements.extend(farm_base.1);
+    rev.tests.extend(farm_rev.0);
+    rev.measurements.extend(farm_rev.1);
+    base.write(&out.join("results-base.json"))?;
+    rev.write(&out.join("results.json"))?;
+    let mut st = crate::store::open(store, crate::store::OpenMode::Create)?;
+    st.record_run(&base)?;
+    st.record_run(&rev)?;
+    let reference = rev.reference().expect("a revision run has a revision");
+    let report =
+        crate::verdict::advance(st.as_mut(), &reference, crate::results::Timestamp::now())?;
+    info(&format!(
+        "recorded runs {} and {} in {}",
+        base.id,
+        rev.id,
+        crate::store::display_location(store)
+    ));
+    print!("{}", crate::verdict::render_text(&report));
+    Ok(())
+}
+
+/// Variants for a run, in build order (rust first: c reuses its tree).
+pub fn ordered(mut v: Vec<Variant>) -> Vec<Variant> {
+    v.sort_by_key(|x| *x != Variant::Rust);
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_revision_is_numeric_not_lexical() {
+        let d = tempfile::tempdir().unwrap();
+        for v in ["v7", "v8", "v10", "notes"] {
+            std::fs::create_dir(d.path().join(v)).unwrap();
+        }
+        assert_eq!(newest_revision(d.path()).unwrap(), d.path().join("v10"));
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(SHIPPED_SERIES);
+        assert!(newest_revision(&shipped).unwrap().ends_with("v8"));
+    }
+
+    #[test]
+    fn rust_builds_first() {
+        assert_eq!(
+            ordered(vec![Variant::C, Variant::Rust, Variant::C]),
+            [Variant::Rust, Variant::C]
+        );
+    }
+}

@@ -1,0 +1,779 @@
+//! `phyfarm build --series DIR`: apply a revision patch by patch onto the
+//! distro tree, build after every patch in each variant (incrementally, from
+//! the base build trees), count new warnings against the base, and run the
+//! Rust gates on the result. Everything lands in one output folder with a
+//! `series-build.json` summary.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::apply::{self, ApplyReport, ApplyState, Trees, BASE_TAG};
+use crate::config::{Paths, Variant};
+use crate::kernel::{self, BuildOptions, Layout, Run, Toolchain};
+use crate::metadata::{self, BuildMetadata, Status};
+use crate::progress::{info, warn};
+use crate::runtime::{podman_env, Job, Runtime};
+use crate::series::{self, Series};
+use crate::warnings::{self, Warning};
+use crate::Outcome;
+
+#[derive(Debug, Clone)]
+pub struct SeriesBuildOptions {
+    pub dir: PathBuf,
+    pub variants: Vec<Variant>,
+    pub out: PathBuf,
+    pub runtime: Runtime,
+    pub jobs: usize,
+    pub gates: bool,
+    pub reproducer: String,
+}
+
+/// One build after one patch.
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchBuild {
+    pub index: u32,
+    pub variant: Variant,
+    pub status: Status,
+    pub seconds: f64,
+    pub new_warnings: Vec<Warning>,
+    pub log: String,
+    pub log_excerpt: Vec<String>,
+}
+
+/// A Rust gate on the patched tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct Gate {
+    pub name: String,
+    /// PASS, FAIL, ERROR or SKIP.
+    pub status: String,
+    pub seconds: f64,
+    pub message: String,
+    pub log: String,
+    pub log_excerpt: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SeriesBuild {
+    pub reproducer: String,
+    pub series: Series,
+    pub kernel_version: String,
+    pub image: Option<metadata::ImageRef>,
+    pub base: BTreeMap<String, Status>,
+    pub apply: Vec<ApplyReport>,
+    pub builds: Vec<PatchBuild>,
+    pub gates: Vec<Gate>,
+    /// PASS, FAIL (apply, build or gate failed) or ERROR.
+    pub status: Status,
+    pub started: String,
+    pub finished: String,
+}
+
+/// The file the series' enum exhaustiveness pass generates; the gate removes
+/// it so the check really runs again, then builds the rust/ directory.
+pub const ENUM_CHECK_OUTPUT: &str = "bindings/bindings_generated_enum_check.rs";
+
+/// The Rust gates, in the order they run.
+pub const GATES: [&str; 4] = ["rustfmtcheck", "enum-check", "clippy", "rustdoc"];
+
+/// Make targets of a gate (None: the gate does not apply to this tree).
+pub fn gate_target(name: &str, jobs: usize, tree: &Path) -> Option<Vec<String>> {
+    let j = format!("-j{jobs}");
+    let base = |extra: &[&str]| {
+        let mut v: Vec<String> = ["make", "-C", "/src", "O=/build", "ARCH=x86_64"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    match name {
+        "rustfmtcheck" => Some(base(&["rustfmtcheck"])),
+        "clippy" => Some(base(&["CLIPPY=1", &j, "bzImage"])),
+        "rustdoc" => Some(base(&[&j, "rustdoc"])),
+        "enum-check" => {
+            let mk = std::fs::read_to_string(tree.join("rust/Makefile")).unwrap_or_default();
+            mk.contains(ENUM_CHECK_OUTPUT).then(|| base(&[&j, "rust/"]))
+        }
+        _ => None,
+    }
+}
+
+/// Replace control characters (from untrusted subjects) before printing.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// Write each patch of the series as `NNNN.patch` into `dir` (mbox messages
+/// are cut at their start lines), so git never sees a user-chosen file name.
+pub fn stage_patches(s: &Series, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut out = Vec::new();
+    for (i, p) in s.patches.iter().enumerate() {
+        let text = std::fs::read(&p.file).with_context(|| format!("{}", p.file.display()))?;
+        let same_file_next = s.patches[i + 1..].iter().find(|q| q.file == p.file);
+        let bytes = if p.line > 1 || same_file_next.is_some() {
+            let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
+            let end = same_file_next.map(|q| q.line - 1).unwrap_or(lines.len());
+            lines[p.line - 1..end.max(p.line - 1)].concat()
+        } else {
+            text
+        };
+        let dest = dir.join(format!("{:04}.patch", p.index));
+        std::fs::write(&dest, bytes)?;
+        out.push(dest);
+    }
+    Ok(out)
+}
+
+struct Ctx<'a> {
+    paths: &'a Paths,
+    opts: &'a SeriesBuildOptions,
+    tc: Toolchain,
+    trees: Trees,
+    env: Vec<(String, String)>,
+}
+
+impl Ctx<'_> {
+    fn image(&self) -> &str {
+        self.tc
+            .image
+            .as_ref()
+            .map(|i| i.name.as_str())
+            .unwrap_or("")
+    }
+
+    fn git(&self, args: &[&str]) -> Job {
+        apply::git_job(
+            self.image(),
+            &self.trees.work,
+            &self.trees.git,
+            &self.opts.out.join("patches"),
+            args,
+        )
+    }
+
+    fn series_build_dir(&self, v: Variant) -> PathBuf {
+        self.paths
+            .build_root()
+            .join(&self.tc.kernel_version)
+            .join(format!("series-{}", v.name()))
+    }
+
+    fn make_job(&self, v: Variant, argv: &[String]) -> Job {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        Job::new(self.image(), "/build", &argv)
+            .mount(&self.trees.work, "/src", true)
+            .mount(&self.series_build_dir(v), "/build", false)
+            .env("ARCH", "x86_64")
+    }
+
+    fn run<'l>(&self, log: &'l mut File, label: &str) -> Run<'l> {
+        Run {
+            runtime: self.opts.runtime,
+            env: self.env.clone(),
+            log,
+            label: label.to_string(),
+        }
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let tmp = to.with_extension("tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let st = std::process::Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(from)
+        .arg(&tmp)
+        .status()?;
+    anyhow::ensure!(st.success(), "copying {} failed", from.display());
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::rename(&tmp, to)?;
+    Ok(())
+}
+
+/// Build a series revision. Pass: every patch applied (or was already
+/// applied), built in every variant, and the gates passed.
+pub fn build_series(paths: &Paths, opts: &SeriesBuildOptions) -> Result<Outcome> {
+    build_series_summary(paths, opts).map(|b| outcome(&b))
+}
+
+/// The exit outcome of a series build.
+pub fn outcome(b: &SeriesBuild) -> Outcome {
+    match b.status {
+        Status::Pass => Outcome::Pass,
+        Status::Fail => Outcome::Fail,
+        Status::Error => Outcome::Error,
+    }
+}
+
+/// [`build_series`], returning the summary it wrote to `series-build.json`.
+pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<SeriesBuild> {
+    let s = series::load(&opts.dir)?;
+    let started = metadata::now_rfc3339();
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("cannot create {}", opts.out.display()))?;
+    info(&format!(
+        "series v{} {} ({} patches) from {}",
+        s.version,
+        s.tree.as_deref().unwrap_or("-"),
+        s.patches.len(),
+        opts.dir.display()
+    ));
+    stage_patches(&s, &opts.out.join("patches"))?;
+
+    // 1. The unpatched base, per variant: builds the trees the series starts from.
+    let mut base = BTreeMap::new();
+    for v in &opts.variants {
+        let out = opts.out.join("base").join(v.name());
+        let o = BuildOptions {
+            variant: *v,
+            out: out.clone(),
+            runtime: opts.runtime,
+            jobs: opts.jobs,
+            dry_run: false,
+            extra: vec![],
+            reproducer: format!("phyfarm build --variant {v} -o {}", out.display()),
+        };
+        let r = kernel::build(paths, &o)?;
+        base.insert(
+            v.name().to_string(),
+            if r == Outcome::Pass {
+                Status::Pass
+            } else {
+                Status::Fail
+            },
+        );
+        if r != Outcome::Pass {
+            anyhow::bail!(
+                "the unpatched base does not build in variant {v}: see {}",
+                out.join("build.log").display()
+            );
+        }
+    }
+    let tc = kernel::toolchain(paths, opts.runtime, false)?;
+    let root = paths.cache.join("trees").join(&tc.kernel_version);
+    let ctx = Ctx {
+        paths,
+        opts,
+        trees: Trees::new(&root),
+        env: match opts.runtime {
+            Runtime::Podman => vec![podman_env(&paths.repo)],
+            Runtime::Host => vec![],
+        },
+        tc,
+    };
+    std::fs::create_dir_all(&root)?;
+    let _lock = kernel::lock(&root.join(".lock"), "[series]")?;
+    let log_path = opts.out.join("apply.log");
+    let mut log = File::create(&log_path)?;
+    writeln!(log, "# reproduce: {}", opts.reproducer)?;
+
+    // 2. The git scratch tree, made once per kernel version.
+    let pristine = Layout::new(paths, &ctx.tc.kernel_version, Variant::Rust).src;
+    if apply::copy_pristine(&pristine, &ctx.trees)? {
+        info("preparing the git tree of the distro source (once per version)");
+        let mut run = ctx.run(&mut log, "[series]");
+        for args in [
+            vec!["init", "-q"],
+            vec!["add", "-f", "-A"],
+            vec!["commit", "-q", "--no-verify", "-m", "distro source"],
+            vec!["tag", "-f", BASE_TAG],
+        ] {
+            if let Some(code) = run.job(&ctx.git(&args), &format!("git {}", args[0]))? {
+                let _ = std::fs::remove_dir_all(&ctx.trees.git);
+                anyhow::bail!(
+                    "`git {}` on the scratch tree failed (exit {code}); see {}",
+                    args[0],
+                    log_path.display()
+                );
+            }
+        }
+    }
+    {
+        let mut run = ctx.run(&mut log, "[series]");
+        for args in [
+            vec!["checkout", "-q", "-f", BASE_TAG],
+            vec!["clean", "-q", "-f", "-d", "-x"],
+        ] {
+            if let Some(code) = run.job(&ctx.git(&args), "resetting the tree to the base")? {
+                anyhow::bail!(
+                    "resetting the scratch tree failed (exit {code}); see {}",
+                    log_path.display()
+                );
+            }
+        }
+    }
+    // Series build trees start as copies of the base trees.
+    for v in &opts.variants {
+        let base_tree = Layout::new(paths, &ctx.tc.kernel_version, *v).build;
+        let dir = ctx.series_build_dir(*v);
+        let stamp = ".phyfarm-config-inputs";
+        let same = std::fs::read(base_tree.join(stamp)).ok() == std::fs::read(dir.join(stamp)).ok();
+        if !dir.join(".config").is_file() || !same {
+            info(&format!(
+                "[{v}] seeding the series build tree from the base"
+            ));
+            copy_tree(&base_tree, &dir)?;
+        }
+    }
+
+    // 3. Apply and build, patch by patch.
+    let mut reports = Vec::new();
+    let mut builds = Vec::new();
+    let mut broken = false;
+    for (p, file) in s.patches.iter().zip(1..) {
+        let _ = file;
+        let name = format!("/patches/{:04}.patch", p.index);
+        let label = format!("[{}/{}]", p.index, p.total);
+        info(&format!("{label} applying: {}", printable(&p.subject)));
+        let report = apply_one(&ctx, &mut log, &name, p.index as usize)?;
+        let state = report.state;
+        match state {
+            ApplyState::Applied => info(&format!("{label} applied")),
+            ApplyState::AlreadyApplied => {
+                warn(&format!("{label} already applied: {}", report.message))
+            }
+            _ => {
+                eprintln!("E: {label} {}", report.message);
+                for h in &report.rejected {
+                    for l in h.text.lines().take(12) {
+                        eprintln!("E:     {}", printable(l));
+                    }
+                }
+            }
+        }
+        reports.push(report);
+        if state == ApplyState::Failed {
+            broken = true;
+        }
+        if broken {
+            continue;
+        }
+        for v in &opts.variants {
+            builds.push(build_after(&ctx, p.index, p.total, *v)?);
+        }
+    }
+
+    // 4. Rust gates on the fully patched tree (rust variant).
+    let mut gates = Vec::new();
+    if opts.gates && opts.variants.contains(&Variant::Rust) {
+        let unbuilt = builds
+            .iter()
+            .any(|b| b.variant == Variant::Rust && b.status != Status::Pass);
+        for g in GATES {
+            if unbuilt && matches!(g, "clippy" | "rustdoc") {
+                gates.push(Gate {
+                    name: g.to_string(),
+                    status: "SKIP".into(),
+                    seconds: 0.0,
+                    message: "the series does not build".into(),
+                    log: String::new(),
+                    log_excerpt: vec![],
+                });
+                continue;
+            }
+            gates.push(run_gate(&ctx, g, broken)?);
+        }
+    }
+
+    // 5. Artifacts per variant, for the farm.
+    for v in &opts.variants {
+        let last = builds.iter().rev().find(|b| b.variant == *v);
+        if let Some(b) = last.filter(|b| b.status == Status::Pass && !broken) {
+            let dir = opts.out.join(v.name());
+            std::fs::create_dir_all(&dir)?;
+            let tree = ctx.series_build_dir(*v);
+            std::fs::copy(tree.join("arch/x86/boot/bzImage"), dir.join("bzImage"))?;
+            std::fs::copy(tree.join(".config"), dir.join(".config"))?;
+            let mut meta: BuildMetadata =
+                metadata::read_json(&opts.out.join("base").join(v.name()).join("metadata.json"))?
+                    .context("base metadata missing")?;
+            meta.reproducer = opts.reproducer.clone();
+            meta.status = b.status;
+            meta.artifacts = BTreeMap::from([(
+                "bzImage".to_string(),
+                dir.join("bzImage").display().to_string(),
+            )]);
+            meta.finished = metadata::now_rfc3339();
+            metadata::write_json_atomic(&dir.join("metadata.json"), &meta)?;
+        }
+    }
+
+    let failed = broken
+        || builds.iter().any(|b| b.status != Status::Pass)
+        || gates.iter().any(|g| g.status == "FAIL");
+    let errored = gates.iter().any(|g| g.status == "ERROR");
+    let summary = SeriesBuild {
+        reproducer: opts.reproducer.clone(),
+        series: s,
+        kernel_version: ctx.tc.kernel_version.clone(),
+        image: ctx.tc.image.clone(),
+        base,
+        apply: reports,
+        builds,
+        gates,
+        status: if failed {
+            Status::Fail
+        } else if errored {
+            Status::Error
+        } else {
+            Status::Pass
+        },
+        started,
+        finished: metadata::now_rfc3339(),
+    };
+    metadata::write_json_atomic(&opts.out.join("series-build.json"), &summary)?;
+    print!("{}", render(&summary));
+    println!("{}", opts.out.display());
+    Ok(summary)
+}
+
+fn apply_one(ctx: &Ctx, log: &mut File, name: &str, index: usize) -> Result<ApplyReport> {
+    let mut run = ctx.run(log, "[apply]");
+    let file = name.trim_start_matches("/patches/").to_string();
+    let mut report = ApplyReport {
+        index,
+        file,
+        state: ApplyState::Applied,
+        message: String::new(),
+        rejected: vec![],
+        clean_files: vec![],
+    };
+    if run
+        .capture(&ctx.git(&["apply", "--check", name]))?
+        .0
+        .is_none()
+    {
+        let (code, out) = run.capture(&ctx.git(&["am", "-3", "--keep-non-patch", name]))?;
+        if code.is_some() {
+            run.capture(&ctx.git(&["am", "--abort"]))?;
+            report.state = ApplyState::Failed;
+            report.message = format!("git am failed: {}", out.lines().last().unwrap_or("").trim());
+        }
+        return Ok(report);
+    }
+    if run
+        .capture(&ctx.git(&["apply", "-R", "--check", name]))?
+        .0
+        .is_none()
+    {
+        report.state = ApplyState::AlreadyApplied;
+        report.message = "its change is already in the tree (it reverse-applies)".into();
+        return Ok(report);
+    }
+    let (_, out) = run.capture(&ctx.git(&["apply", "--reject", "--verbose", name]))?;
+    let (clean, rejects) = apply::parse_reject_output(&out);
+    report.rejected = apply::collect_rejects(&ctx.trees.work, &rejects)?;
+    report.clean_files = clean;
+    for args in [
+        vec!["checkout", "-q", "-f", "HEAD"],
+        vec!["clean", "-q", "-f", "-d", "-x"],
+    ] {
+        run.capture(&ctx.git(&args))?;
+    }
+    if report.clean_files.is_empty()
+        && !report.rejected.is_empty()
+        && report.rejected.iter().all(|h| h.already_present)
+    {
+        report.state = ApplyState::AlreadyApplied;
+        report.message =
+            "already applied: every line it adds is in the tree, with different context".into();
+    } else {
+        report.state = ApplyState::Failed;
+        report.message = if report.rejected.is_empty() {
+            format!(
+                "does not apply: {}",
+                out.lines()
+                    .find(|l| l.starts_with("error:"))
+                    .unwrap_or("")
+                    .trim()
+            )
+        } else {
+            apply::describe_failure(index, &report.rejected)
+        };
+    }
+    Ok(report)
+}
+
+fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBuild> {
+    let log_path = ctx
+        .opts
+        .out
+        .join("logs")
+        .join(format!("patch{index}-{}.log", v.name()));
+    std::fs::create_dir_all(log_path.parent().unwrap())?;
+    let mut log = File::create(&log_path)?;
+    writeln!(log, "# reproduce: {}", ctx.opts.reproducer)?;
+    writeln!(log, "# build after patch {index}/{total}, variant {v}")?;
+    let label = format!("[{index}/{total} {v}]");
+    let t = Instant::now();
+    let argv: Vec<String> = [
+        "make",
+        "-C",
+        "/src",
+        "O=/build",
+        "ARCH=x86_64",
+        &format!("-j{}", ctx.opts.jobs),
+        "bzImage",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let failed = ctx
+        .run(&mut log, &label)
+        .job(&ctx.make_job(v, &argv), "make bzImage")?;
+    let seconds = t.elapsed().as_secs_f64();
+    drop(log);
+    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let base_keys =
+        kernel::base_warning_keys(&Layout::new(ctx.paths, &ctx.tc.kernel_version, v).build);
+    let new_warnings = warnings::new_warnings(&warnings::parse(&text), &base_keys);
+    let status = if failed.is_none() {
+        Status::Pass
+    } else {
+        Status::Fail
+    };
+    info(&format!(
+        "{label} build {:?} in {seconds:.0}s{}",
+        status,
+        if new_warnings.is_empty() {
+            String::new()
+        } else {
+            format!(", {} new warnings", new_warnings.len())
+        }
+    ));
+    Ok(PatchBuild {
+        index,
+        variant: v,
+        status,
+        seconds,
+        new_warnings,
+        log: log_path.display().to_string(),
+        log_excerpt: if failed.is_some() {
+            metadata::error_excerpt(&text, 20)
+        } else {
+            vec![]
+        },
+    })
+}
+
+fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
+    let log_path = ctx.opts.out.join("logs").join(format!("gate-{name}.log"));
+    std::fs::create_dir_all(log_path.parent().unwrap())?;
+    let mut gate = Gate {
+        name: name.to_string(),
+        status: "SKIP".into(),
+        seconds: 0.0,
+        message: String::new(),
+        log: log_path.display().to_string(),
+        log_excerpt: vec![],
+    };
+    if broken {
+        gate.message = "the series does not apply".into();
+        return Ok(gate);
+    }
+    let Some(argv) = gate_target(name, ctx.opts.jobs, &ctx.trees.work) else {
+        gate.message = "the tree has no enum exhaustiveness check".into();
+        return Ok(gate);
+    };
+    let mut log = File::create(&log_path)?;
+    writeln!(log, "# reproduce: {}", ctx.opts.reproducer)?;
+    if name == "enum-check" {
+        let out = ctx
+            .series_build_dir(Variant::Rust)
+            .join("rust")
+            .join(ENUM_CHECK_OUTPUT);
+        match std::fs::remove_file(&out) {
+            Ok(()) => writeln!(log, "# removed {} so the check runs again", out.display())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let t = Instant::now();
+    let failed = ctx
+        .run(&mut log, &format!("[gate {name}]"))
+        .job(&ctx.make_job(Variant::Rust, &argv), name)?;
+    gate.seconds = t.elapsed().as_secs_f64();
+    drop(log);
+    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    gate.status = if failed.is_none() { "PASS" } else { "FAIL" }.into();
+    if failed.is_some() {
+        gate.log_excerpt = metadata::error_excerpt(&text, 20);
+        gate.message = gate.log_excerpt.first().cloned().unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.contains("not covered")) {
+            gate.message = l
+                .trim()
+                .trim_start_matches(['|', '^', '_', ' '])
+                .to_string();
+        }
+    }
+    info(&format!(
+        "[gate {name}] {} in {:.0}s",
+        gate.status, gate.seconds
+    ));
+    Ok(gate)
+}
+
+/// The summary table printed at the end.
+pub fn render(b: &SeriesBuild) -> String {
+    let mut s = format!(
+        "series v{} {} ({} patches), {} {}\n",
+        b.series.version,
+        b.series.tree.as_deref().unwrap_or("-"),
+        b.series.patches.len(),
+        crate::images::LINUX_SOURCE_PACKAGE,
+        b.kernel_version
+    );
+    for (p, a) in b.series.patches.iter().zip(&b.apply) {
+        let state = match a.state {
+            ApplyState::Applied => "applied",
+            ApplyState::AlreadyApplied => "already applied",
+            ApplyState::Failed => "DOES NOT APPLY",
+            ApplyState::Skipped => "skipped",
+        };
+        let mut builds: Vec<String> = b
+            .builds
+            .iter()
+            .filter(|x| x.index == p.index)
+            .map(|x| {
+                let w = if x.new_warnings.is_empty() {
+                    String::new()
+                } else {
+                    format!(" +{}W", x.new_warnings.len())
+                };
+                format!("{} {:?} {:.0}s{w}", x.variant, x.status, x.seconds)
+                    .to_uppercase()
+                    .replace("S ", "s ")
+            })
+            .collect();
+        if builds.is_empty() {
+            builds.push("not built".into());
+        }
+        s.push_str(&format!(
+            "  {}/{} {:60.60}  {:16} {}\n",
+            p.index,
+            p.total,
+            printable(&p.subject),
+            state,
+            builds.join(", ")
+        ));
+        for h in &a.rejected {
+            s.push_str(&format!(
+                "        {} hunk #{} {}{}\n",
+                printable(&h.file),
+                h.hunk,
+                h.header,
+                if h.already_present {
+                    " (already present)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    if !b.gates.is_empty() {
+        let g: Vec<String> = b
+            .gates
+            .iter()
+            .map(|g| format!("{} {}", g.name, g.status))
+            .collect();
+        s.push_str(&format!("  gates: {}\n", g.join(", ")));
+        for g in b.gates.iter().filter(|g| g.status == "FAIL") {
+            s.push_str(&format!("    {}: {}\n", g.name, printable(&g.message)));
+        }
+    }
+    s.push_str(
+        &format!("  status: {:?}\n", b.status)
+            .to_uppercase()
+            .replace("  STATUS", "  status"),
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gates_have_targets() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(gate_target("enum-check", 2, d.path()).is_none());
+        std::fs::create_dir_all(d.path().join("rust")).unwrap();
+        std::fs::write(
+            d.path().join("rust/Makefile"),
+            "x += bindings/bindings_generated_enum_check.rs\n",
+        )
+        .unwrap();
+        let t = gate_target("enum-check", 2, d.path()).unwrap();
+        assert_eq!(t[5..], ["-j2", "rust/"]);
+        assert_eq!(
+            gate_target("clippy", 2, d.path()).unwrap()[5..],
+            ["CLIPPY=1", "-j2", "bzImage"]
+        );
+        assert_eq!(
+            gate_target("rustfmtcheck", 2, d.path())
+                .unwrap()
+                .last()
+                .unwrap(),
+            "rustfmtcheck"
+        );
+        assert!(gate_target("nope", 2, d.path()).is_none());
+    }
+
+    #[test]
+    fn control_characters_are_not_printed() {
+        assert_eq!(printable("a\x1b[31mb\nc"), "a?[31mb?c");
+    }
+
+    #[test]
+    fn staged_patches_get_safe_names() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches/rust-phy-enum-check/v7");
+        let s = series::load(&dir).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let files = stage_patches(&s, out.path()).unwrap();
+        let names: Vec<String> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["0003.patch", "0004.patch"]);
+        assert_eq!(
+            std::fs::read(&files[0]).unwrap(),
+            std::fs::read(&s.patches[0].file).unwrap()
+        );
+    }
+
+    #[test]
+    fn mbox_messages_are_cut_apart() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches/rust-phy-enum-check/v7");
+        let tmp = tempfile::tempdir().unwrap();
+        let mut mbox = Vec::new();
+        let mut parts = Vec::new();
+        for f in [
+            "0003-rust-add-second-bindgen-pass-for-enum-exhaustiveness-che.patch",
+            "0004-MAINTAINERS-add-Rust-PHY-abstractions-for-ETHERNET-PHY-L.patch",
+        ] {
+            let body = std::fs::read(dir.join(f)).unwrap();
+            let mut msg =
+                b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+                    .to_vec();
+            msg.extend_from_slice(&body);
+            parts.push(msg.clone());
+            mbox.extend_from_slice(&msg);
+        }
+        let path = tmp.path().join("series.mbox");
+        std::fs::write(&path, &mbox).unwrap();
+        let s = series::load(&path).unwrap();
+        let files = stage_patches(&s, &tmp.path().join("out")).unwrap();
+        assert_eq!(files.len(), 2);
+        assert_eq!(std::fs::read(&files[1]).unwrap(), parts[1]);
+        assert_eq!(std::fs::read(&files[0]).unwrap(), parts[0]);
+    }
+}

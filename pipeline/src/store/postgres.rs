@@ -1,0 +1,720 @@
+//! The PostgreSQL backend, for a fleet of runners sharing one store.
+//!
+//! The store lives in the current schema of the database the URL names.
+//! Writers serialise on a transaction-scoped advisory lock (the counterpart of
+//! SQLite's `BEGIN IMMEDIATE`), so every write is one READ COMMITTED
+//! transaction that sees all earlier commits; reads run in one REPEATABLE
+//! READ snapshot each. The runtime issues only `SELECT` and `INSERT` (see
+//! [`super::pg_schema`]), so runners can hold a role with nothing more.
+//!
+//! The client speaks no TLS: use it on loopback, a unix socket, or through an
+//! ssh tunnel or a VPN to the database host.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+use postgres::types::ToSql;
+use postgres::{Client, IsolationLevel, NoTls, Row, Transaction};
+
+use super::pg_schema::{self, pg_err, LOCK_KEY, LOCK_SQL};
+use super::sqlite::{hostname, pid_alive};
+use super::{
+    OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError, INTERRUPTED_PATH,
+};
+use crate::results::{
+    BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
+    TestResult, Timestamp, RESULTS_SCHEMA,
+};
+use crate::verdict::{Review, ReviewKind, State, Transition};
+
+pub struct PgStore {
+    client: RefCell<Client>,
+    /// The URL without its password, for messages.
+    loc: PathBuf,
+}
+
+/// An error inside a transaction: SQL, or a refusal.
+enum InTx {
+    Sql(postgres::Error),
+    Store(StoreError),
+}
+
+impl From<postgres::Error> for InTx {
+    fn from(e: postgres::Error) -> InTx {
+        InTx::Sql(e)
+    }
+}
+
+impl From<StoreError> for InTx {
+    fn from(e: StoreError) -> InTx {
+        InTx::Store(e)
+    }
+}
+
+type R<T> = Result<T, InTx>;
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+fn bad(loc: &Path, what: &'static str, detail: impl Into<String>) -> InTx {
+    InTx::Store(StoreError::BadValue {
+        path: loc.to_path_buf(),
+        what,
+        detail: detail.into(),
+    })
+}
+
+fn u32_of(loc: &Path, what: &'static str, v: i64) -> R<u32> {
+    u32::try_from(v).map_err(|_| bad(loc, what, v.to_string()))
+}
+
+fn status(loc: &Path, s: &str) -> R<Status> {
+    Status::parse(s).ok_or_else(|| bad(loc, "status", s))
+}
+
+impl PgStore {
+    /// Connect to the database at `url`, check it, migrate it, and recover
+    /// runs interrupted on this host.
+    pub fn open(url: &str, mode: OpenMode) -> Result<PgStore, StoreError> {
+        let loc = PathBuf::from(pg_schema::redact(url));
+        let config = pg_schema::config(url, &loc)?;
+        let mut client = config.connect(NoTls).map_err(|e| pg_err(&loc, e))?;
+        pg_schema::prepare(&mut client, &loc, mode)?;
+        let mut store = PgStore {
+            client: RefCell::new(client),
+            loc,
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    /// The URL without its password.
+    pub fn location(&self) -> &Path {
+        &self.loc
+    }
+
+    fn map(&self, e: InTx) -> StoreError {
+        match e {
+            InTx::Sql(e) => pg_err(&self.loc, e),
+            InTx::Store(e) => e,
+        }
+    }
+
+    /// Run `f` in one write transaction holding the store's lock; commit
+    /// only if it succeeds.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>, &Path) -> R<T>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.client.borrow_mut();
+        let run = || -> R<T> {
+            let mut tx = client.transaction()?;
+            tx.execute(LOCK_SQL, &[&LOCK_KEY])?;
+            let v = f(&mut tx, &self.loc)?;
+            tx.commit()?;
+            Ok(v)
+        };
+        run().map_err(|e| self.map(e))
+    }
+
+    /// Run `f` in one read-only snapshot.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>, &Path) -> R<T>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.client.borrow_mut();
+        let run = || -> R<T> {
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let v = f(&mut tx, &self.loc)?;
+            tx.commit()?;
+            Ok(v)
+        };
+        run().map_err(|e| self.map(e))
+    }
+}
+
+fn resolve(tx: &mut Transaction<'_>, r: &RevisionRef) -> R<i64> {
+    let rows = tx.query(
+        "SELECT r.id FROM revisions r JOIN series s ON s.id = r.series_id
+         WHERE (s.name = $1 OR r.change_id = $1) AND r.version = $2",
+        &[&r.series, &i64::from(r.version)],
+    )?;
+    match rows.as_slice() {
+        [one] => Ok(one.get(0)),
+        [] => Err(StoreError::UnknownRevision(r.clone()).into()),
+        _ => Err(StoreError::Ambiguous(r.clone()).into()),
+    }
+}
+
+fn load_revision(tx: &mut Transaction<'_>, loc: &Path, id: i64) -> R<RevisionRecord> {
+    let row = tx.query_one(
+        "SELECT s.name, r.version, r.change_id,
+                (SELECT tree FROM series_trees t WHERE t.series_id = s.id),
+                r.message_id, r.patchset_hash, r.created
+         FROM revisions r JOIN series s ON s.id = r.series_id WHERE r.id = $1",
+        &[&id],
+    )?;
+    let mut patches = Vec::new();
+    for p in tx.query(
+        "SELECT position, subject, author, author_email, message_id, patch_id, file
+         FROM patches WHERE revision_id = $1 ORDER BY position",
+        &[&id],
+    )? {
+        patches.push(PatchInfo {
+            position: u32_of(loc, "patch position", p.get(0))?,
+            subject: p.get(1),
+            author: p.get(2),
+            author_email: p.get(3),
+            message_id: p.get(4),
+            patch_id: p.get(5),
+            file: p.get(6),
+        });
+    }
+    Ok(RevisionRecord {
+        info: RevisionInfo {
+            series: row.get(0),
+            version: u32_of(loc, "revision version", row.get(1))?,
+            change_id: row.get(2),
+            tree: row.get(3),
+            message_id: row.get(4),
+            patchset_hash: row.get(5),
+            patches,
+        },
+        created: Timestamp(row.get(6)),
+    })
+}
+
+/// The last event of a run: (seq, state), or None.
+fn last_event(tx: &mut Transaction<'_>, id: &str) -> R<Option<(i64, String)>> {
+    Ok(tx
+        .query_opt(
+            "SELECT seq, state FROM run_events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+            &[&id],
+        )?
+        .map(|r| (r.get(0), r.get(1))))
+}
+
+const RUNS_SQL: &str = "SELECT r.id, r.revision_id, r.base, e.environment, e.state, r.started,
+        e.finished, r.reproducer, e.seq
+    FROM runs r JOIN LATERAL (
+        SELECT * FROM run_events e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1
+    ) e ON true";
+
+fn load_runs(
+    tx: &mut Transaction<'_>,
+    loc: &Path,
+    where_sql: &str,
+    arg: &(dyn ToSql + Sync),
+) -> R<Vec<RunRecord>> {
+    let rows = tx.query(
+        &format!("{RUNS_SQL} WHERE {where_sql} ORDER BY r.started, r.id"),
+        &[arg],
+    )?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let id: String = row.get(0);
+        let env: String = row.get(3);
+        let environment: Environment = serde_json::from_str(&env)
+            .map_err(|e| bad(loc, "run environment", format!("run {id}: {e}")))?;
+        let state: String = row.get(4);
+        let state = RunState::parse(&state)
+            .ok_or_else(|| bad(loc, "run state", format!("run {id}: {state:?}")))?;
+        let revision = match row.get::<_, Option<i64>>(1) {
+            Some(rid) => Some(load_revision(tx, loc, rid)?.info),
+            None => None,
+        };
+        let mut run = Run {
+            schema: RESULTS_SCHEMA,
+            id,
+            revision,
+            base: row.get(2),
+            environment,
+            started: Timestamp(row.get(5)),
+            finished: row.get::<_, Option<i64>>(6).map(Timestamp),
+            reproducer: row.get(7),
+            builds: vec![],
+            tests: vec![],
+            measurements: vec![],
+        };
+        load_results(tx, loc, &mut run, row.get(8))?;
+        out.push(RunRecord { state, run });
+    }
+    Ok(out)
+}
+
+fn load_results(tx: &mut Transaction<'_>, loc: &Path, run: &mut Run, gen: i64) -> R<()> {
+    let key: [&(dyn ToSql + Sync); 2] = [&run.id, &gen];
+    for r in tx.query(
+        "SELECT patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt
+         FROM builds WHERE run_id = $1 AND gen = $2 ORDER BY seq",
+        &key,
+    )? {
+        let nw: String = r.get(5);
+        run.builds.push(BuildResult {
+            patch: r
+                .get::<_, Option<i64>>(0)
+                .map(|p| u32_of(loc, "build patch", p))
+                .transpose()?,
+            variant: r.get(1),
+            status: status(loc, r.get(2))?,
+            duration_s: r.get(3),
+            warnings: u32_of(loc, "build warnings", r.get(4))?,
+            new_warnings: serde_json::from_str(&nw)
+                .map_err(|x| bad(loc, "new_warnings", x.to_string()))?,
+            log_path: r.get(6),
+            log_excerpt: r.get(7),
+        });
+    }
+    for r in tx.query(
+        "SELECT path, variant, status, duration_s, log_path, log_excerpt, attempt
+         FROM tests WHERE run_id = $1 AND gen = $2 ORDER BY seq",
+        &key,
+    )? {
+        run.tests.push(TestResult {
+            path: r.get(0),
+            variant: r.get(1),
+            status: status(loc, r.get(2))?,
+            duration_s: r.get(3),
+            log_path: r.get(4),
+            log_excerpt: r.get(5),
+            attempt: u32_of(loc, "test attempt", r.get(6))?,
+        });
+    }
+    for r in tx.query(
+        "SELECT name, variant, value, unit, samples, lower_is_better
+         FROM measurements WHERE run_id = $1 AND gen = $2 ORDER BY seq",
+        &key,
+    )? {
+        let samples: String = r.get(4);
+        run.measurements.push(Measurement {
+            name: r.get(0),
+            variant: r.get(1),
+            value: r.get(2),
+            unit: r.get(3),
+            samples: serde_json::from_str(&samples)
+                .map_err(|x| bad(loc, "samples", x.to_string()))?,
+            lower_is_better: r.get(5),
+        });
+    }
+    Ok(())
+}
+
+/// Insert or find the revision of `run`; refuse a changed patchset. Only
+/// inserts: the first change-id and tree recorded for a series stay.
+fn upsert_revision(tx: &mut Transaction<'_>, run: &Run) -> R<Option<i64>> {
+    let Some(info) = &run.revision else {
+        return Ok(None);
+    };
+    tx.execute(
+        "INSERT INTO series (name, change_id) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        &[&info.series, &info.change_id],
+    )?;
+    let series_id: i64 = tx
+        .query_one("SELECT id FROM series WHERE name = $1", &[&info.series])?
+        .get(0);
+    if let Some(tree) = &info.tree {
+        tx.execute(
+            "INSERT INTO series_trees (series_id, tree) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&series_id, tree],
+        )?;
+    }
+    let version = i64::from(info.version);
+    if let Some(row) = tx.query_opt(
+        "SELECT id, patchset_hash FROM revisions WHERE series_id = $1 AND version = $2",
+        &[&series_id, &version],
+    )? {
+        let stored: String = row.get(1);
+        if stored != info.patchset_hash {
+            return Err(StoreError::RevisionChanged {
+                revision: info.reference(),
+                run: run.id.clone(),
+                stored,
+                given: info.patchset_hash.clone(),
+            }
+            .into());
+        }
+        return Ok(Some(row.get(0)));
+    }
+    let id: i64 = tx
+        .query_one(
+            "INSERT INTO revisions (series_id, version, change_id, message_id, patchset_hash, created)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            &[&series_id, &version, &info.change_id, &info.message_id, &info.patchset_hash, &run.started.0],
+        )?
+        .get(0);
+    for p in &info.patches {
+        tx.execute(
+            "INSERT INTO patches (revision_id, position, subject, author, author_email, message_id, patch_id, file)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[&id, &i64::from(p.position), &p.subject, &p.author, &p.author_email, &p.message_id, &p.patch_id, &p.file],
+        )?;
+    }
+    Ok(Some(id))
+}
+
+fn insert_run_row(tx: &mut Transaction<'_>, run: &Run, rev: Option<i64>) -> R<()> {
+    tx.execute(
+        "INSERT INTO runs (id, revision_id, base, started, reproducer, pid, host)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &run.id,
+            &rev,
+            &run.base,
+            &run.started.0,
+            &run.reproducer,
+            &i64::from(std::process::id()),
+            &hostname(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Append a run event; `env` is (accelerator, environment JSON).
+fn insert_event(
+    tx: &mut Transaction<'_>,
+    id: &str,
+    seq: i64,
+    state: RunState,
+    finished: Option<i64>,
+    env: (&str, &str),
+) -> R<()> {
+    tx.execute(
+        "INSERT INTO run_events (run_id, seq, state, finished, accelerator, environment, txid)
+         VALUES ($1, $2, $3, $4, $5, $6, 0)",
+        &[&id, &seq, &state.name(), &finished, &env.0, &env.1],
+    )?;
+    Ok(())
+}
+
+fn insert_results(tx: &mut Transaction<'_>, run: &Run, gen: i64) -> R<()> {
+    for (seq, b) in (0i64..).zip(&run.builds) {
+        tx.execute(
+            "INSERT INTO builds (run_id, gen, seq, patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &[&run.id, &gen, &seq, &b.patch.map(i64::from), &b.variant, &b.status.name(), &b.duration_s,
+              &i64::from(b.warnings), &json(&b.new_warnings), &b.log_path, &b.log_excerpt],
+        )?;
+    }
+    for (seq, t) in (0i64..).zip(&run.tests) {
+        tx.execute(
+            "INSERT INTO tests (run_id, gen, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            &[&run.id, &gen, &seq, &t.path, &t.variant, &t.status.name(), &t.duration_s, &t.log_path,
+              &t.log_excerpt, &i64::from(t.attempt)],
+        )?;
+    }
+    for (seq, m) in (0i64..).zip(&run.measurements) {
+        tx.execute(
+            "INSERT INTO measurements (run_id, gen, seq, name, variant, value, unit, samples, lower_is_better)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            &[&run.id, &gen, &seq, &m.name, &m.variant, &m.value, &m.unit, &json(&m.samples), &m.lower_is_better],
+        )?;
+    }
+    Ok(())
+}
+
+/// (count, latest `at`) of a revision's transitions.
+fn transition_stats(tx: &mut Transaction<'_>, rev: i64) -> R<(usize, Option<i64>)> {
+    let row = tx.query_one(
+        "SELECT count(*), max(at) FROM transitions WHERE revision_id = $1",
+        &[&rev],
+    )?;
+    Ok((row.get::<_, i64>(0) as usize, row.get(1)))
+}
+
+fn check_run(run: &Run) -> Result<(), StoreError> {
+    run.validate().map_err(|reason| StoreError::InvalidRun {
+        id: run.id.clone(),
+        reason,
+    })
+}
+
+fn env_of(run: &Run) -> (String, String) {
+    (run.environment.accelerator.clone(), json(&run.environment))
+}
+
+impl Store for PgStore {
+    fn record_run(&mut self, run: &Run) -> Result<(), StoreError> {
+        check_run(run)?;
+        let (acc, env) = env_of(run);
+        self.write(|tx, _| {
+            if last_event(tx, &run.id)?.is_some() {
+                return Err(StoreError::DuplicateRun { id: run.id.clone() }.into());
+            }
+            let rev = upsert_revision(tx, run)?;
+            insert_run_row(tx, run, rev)?;
+            let finished = run.finished.map(|t| t.0);
+            insert_event(tx, &run.id, 0, RunState::Complete, finished, (&acc, &env))?;
+            insert_results(tx, run, 0)
+        })
+    }
+
+    fn begin_run(&mut self, run: &Run) -> Result<(), StoreError> {
+        check_run(run)?;
+        let (acc, env) = env_of(run);
+        self.write(|tx, _| {
+            if last_event(tx, &run.id)?.is_some() {
+                return Err(StoreError::DuplicateRun { id: run.id.clone() }.into());
+            }
+            let rev = upsert_revision(tx, run)?;
+            insert_run_row(tx, run, rev)?;
+            let finished = run.finished.map(|t| t.0);
+            insert_event(tx, &run.id, 0, RunState::Running, finished, (&acc, &env))
+        })
+    }
+
+    fn finish_run(&mut self, run: &Run) -> Result<(), StoreError> {
+        check_run(run)?;
+        let (acc, env) = env_of(run);
+        self.write(|tx, _| {
+            let seq = match last_event(tx, &run.id)? {
+                None => return Err(StoreError::NotBegun { id: run.id.clone() }.into()),
+                Some((_, s)) if s == "complete" => {
+                    return Err(StoreError::DuplicateRun { id: run.id.clone() }.into())
+                }
+                Some((seq, _)) => seq + 1,
+            };
+            let finished = run.finished.map(|t| t.0);
+            insert_event(tx, &run.id, seq, RunState::Complete, finished, (&acc, &env))?;
+            insert_results(tx, run, seq)
+        })
+    }
+
+    fn recover(&mut self) -> Result<Vec<String>, StoreError> {
+        let host = hostname();
+        let running: Vec<(String, Option<i64>)> = self.read(|tx, _| {
+            let rows = tx.query(
+                &format!("{RUNS_SQL} WHERE e.state = 'running' AND r.host = $1"),
+                &[&host],
+            )?;
+            let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            let mut out = Vec::new();
+            for id in ids {
+                let pid: Option<i64> = tx
+                    .query_one("SELECT pid FROM runs WHERE id = $1", &[&id])?
+                    .get(0);
+                out.push((id, pid));
+            }
+            Ok(out)
+        })?;
+        let dead: Vec<(String, i64)> = running
+            .into_iter()
+            .filter(|(_, pid)| !pid.is_some_and(pid_alive))
+            .map(|(id, pid)| (id, pid.unwrap_or(0)))
+            .collect();
+        if dead.is_empty() {
+            return Ok(vec![]);
+        }
+        let now = Timestamp::now();
+        self.write(|tx, _| {
+            let mut done = Vec::new();
+            for (id, pid) in &dead {
+                // Re-check under the lock: the writer may have finished meanwhile.
+                let seq = match last_event(tx, id)? {
+                    Some((seq, s)) if s == "running" => seq + 1,
+                    _ => continue,
+                };
+                let row = tx.query_one(
+                    "SELECT greatest(r.started, $2), e.accelerator, e.environment
+                     FROM runs r JOIN run_events e ON e.run_id = r.id AND e.seq = $3
+                     WHERE r.id = $1",
+                    &[id, &now.0, &(seq - 1)],
+                )?;
+                let (finished, acc, env): (i64, String, String) =
+                    (row.get(0), row.get(1), row.get(2));
+                insert_event(tx, id, seq, RunState::Interrupted, Some(finished), (&acc, &env))?;
+                let excerpt = format!(
+                    "run {id} was begun by process {pid} on {host} and never finished; recorded as interrupted at {now}"
+                );
+                tx.execute(
+                    "INSERT INTO tests (run_id, gen, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
+                     VALUES ($1, $2, 0, $3, NULL, 'MISS', NULL, NULL, $4, 0)",
+                    &[id, &seq, &INTERRUPTED_PATH, &excerpt],
+                )?;
+                done.push(id.clone());
+            }
+            Ok(done)
+        })
+    }
+
+    fn revisions(&self) -> Result<Vec<RevisionRecord>, StoreError> {
+        self.read(|tx, loc| {
+            let ids: Vec<i64> = tx
+                .query(
+                    "SELECT r.id FROM revisions r JOIN series s ON s.id = r.series_id
+                     ORDER BY s.name, r.version",
+                    &[],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            ids.into_iter()
+                .map(|id| load_revision(tx, loc, id))
+                .collect()
+        })
+    }
+
+    fn revision(&self, r: &RevisionRef) -> Result<RevisionRecord, StoreError> {
+        self.read(|tx, loc| {
+            let id = resolve(tx, r)?;
+            load_revision(tx, loc, id)
+        })
+    }
+
+    fn runs(&self, r: &RevisionRef) -> Result<Vec<RunRecord>, StoreError> {
+        self.read(|tx, loc| {
+            let id = resolve(tx, r)?;
+            load_runs(tx, loc, "r.revision_id = $1", &id)
+        })
+    }
+
+    fn base_runs(&self, base: &str) -> Result<Vec<RunRecord>, StoreError> {
+        self.read(|tx, loc| load_runs(tx, loc, "r.revision_id IS NULL AND r.base = $1", &base))
+    }
+
+    fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.read(|tx, loc| Ok(load_runs(tx, loc, "r.id = $1", &id)?.into_iter().next()))
+    }
+
+    fn find_patch(
+        &self,
+        message_id: Option<&str>,
+        patch_id: Option<&str>,
+    ) -> Result<Vec<PatchHit>, StoreError> {
+        self.read(|tx, loc| {
+            let rows: Vec<Row> = tx.query(
+                "SELECT p.revision_id, p.position, coalesce(p.message_id = $1::text, false)
+                 FROM patches p
+                 WHERE ($1::text IS NOT NULL AND p.message_id = $1::text)
+                    OR ($2::text IS NOT NULL AND p.patch_id = $2::text)
+                 ORDER BY p.revision_id, p.position",
+                &[&message_id, &patch_id],
+            )?;
+            let mut hits = Vec::with_capacity(rows.len());
+            for row in rows {
+                hits.push(PatchHit {
+                    revision: load_revision(tx, loc, row.get(0))?.reference(),
+                    position: u32_of(loc, "patch position", row.get(1))?,
+                    by_message_id: row.get(2),
+                });
+            }
+            Ok(hits)
+        })
+    }
+
+    fn transitions(&self, r: &RevisionRef) -> Result<Vec<Transition>, StoreError> {
+        self.read(|tx, loc| {
+            let id = resolve(tx, r)?;
+            tx.query(
+                "SELECT at, state, reason FROM transitions WHERE revision_id = $1 ORDER BY seq",
+                &[&id],
+            )?
+            .iter()
+            .map(|row| {
+                let state: String = row.get(1);
+                Ok(Transition {
+                    at: Timestamp(row.get(0)),
+                    state: State::parse(&state).ok_or_else(|| bad(loc, "verdict state", state))?,
+                    reason: row.get(2),
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn append_transitions(
+        &mut self,
+        r: &RevisionRef,
+        expected: usize,
+        new: &[Transition],
+    ) -> Result<(), StoreError> {
+        self.write(|tx, _| {
+            let id = resolve(tx, r)?;
+            let (count, mut last) = transition_stats(tx, id)?;
+            if count != expected {
+                return Err(StoreError::Conflict {
+                    revision: r.clone(),
+                }
+                .into());
+            }
+            for (seq, t) in (count as i64..).zip(new) {
+                if let Some(l) = last.filter(|&l| t.at.0 < l) {
+                    return Err(StoreError::TimeGoesBack {
+                        revision: r.clone(),
+                        at: t.at,
+                        last: Timestamp(l),
+                    }
+                    .into());
+                }
+                tx.execute(
+                    "INSERT INTO transitions (revision_id, seq, at, state, reason)
+                     VALUES ($1, $2, $3, $4, $5)",
+                    &[&id, &seq, &t.at.0, &t.state.name(), &t.reason],
+                )?;
+                last = Some(t.at.0);
+            }
+            Ok(())
+        })
+    }
+
+    fn add_review(&mut self, r: &RevisionRef, review: &Review) -> Result<(), StoreError> {
+        self.write(|tx, _| {
+            let id = resolve(tx, r)?;
+            if let (_, Some(last)) = transition_stats(tx, id)? {
+                if review.at.0 < last {
+                    return Err(StoreError::TimeGoesBack {
+                        revision: r.clone(),
+                        at: review.at,
+                        last: Timestamp(last),
+                    }
+                    .into());
+                }
+            }
+            let seq: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM reviews WHERE revision_id = $1",
+                    &[&id],
+                )?
+                .get(0);
+            tx.execute(
+                "INSERT INTO reviews (revision_id, seq, at, reviewer, kind, reason)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &id,
+                    &seq,
+                    &review.at.0,
+                    &review.by,
+                    &review.kind.name(),
+                    &review.reason,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn reviews(&self, r: &RevisionRef) -> Result<Vec<Review>, StoreError> {
+        self.read(|tx, loc| {
+            let id = resolve(tx, r)?;
+            tx.query(
+                "SELECT at, reviewer, kind, reason FROM reviews WHERE revision_id = $1 ORDER BY seq",
+                &[&id],
+            )?
+            .iter()
+            .map(|row| {
+                let kind: String = row.get(2);
+                Ok(Review {
+                    at: Timestamp(row.get(0)),
+                    by: row.get(1),
+                    kind: ReviewKind::parse(&kind).ok_or_else(|| bad(loc, "review kind", kind))?,
+                    reason: row.get(3),
+                })
+            })
+            .collect()
+        })
+    }
+}

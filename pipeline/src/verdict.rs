@@ -1,0 +1,402 @@
+//! netdev-style verdicts: each revision compared with the unpatched base in
+//! the same environment and with the previous revision of the same change,
+//! flakes accounted for, and a state per revision with a 72-hour clock.
+//!
+//! Only new failures against the base count against a series; a harness
+//! problem (ERROR, MISS) never becomes a FAIL: it keeps the revision in
+//! `testing` until a rerun completes. See [`compare`] for the retry, flake
+//! and noise-band rules and [`clock`] for the state machine.
+
+pub mod clock;
+pub mod compare;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::results::{RevisionRef, Run, Timestamp};
+use crate::store::{self, RevisionRecord, RunRecord, RunState, Store, StoreError};
+pub use compare::{
+    Band, CheckKey, CheckState, Checks, Finding, FindingKind, MeasurementDelta, Movement,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerdictError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "--now {now} is earlier than the last recorded transition of {revision} ({last}); refusing"
+    )]
+    NowBeforeLast {
+        revision: RevisionRef,
+        now: Timestamp,
+        last: Timestamp,
+    },
+}
+
+/// The state of a revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    New,
+    Testing,
+    ChangesRequested,
+    AwaitingReview,
+    ReadyToMerge,
+    Superseded,
+}
+
+impl State {
+    const ALL: [State; 6] = [
+        State::New,
+        State::Testing,
+        State::ChangesRequested,
+        State::AwaitingReview,
+        State::ReadyToMerge,
+        State::Superseded,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            State::New => "new",
+            State::Testing => "testing",
+            State::ChangesRequested => "changes-requested",
+            State::AwaitingReview => "awaiting-review",
+            State::ReadyToMerge => "ready-to-merge",
+            State::Superseded => "superseded",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|v| v.name() == s)
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One stored state change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub at: Timestamp,
+    pub state: State,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewKind {
+    Ack,
+    /// An objection: changes requested.
+    Nack,
+}
+
+impl ReviewKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReviewKind::Ack => "ack",
+            ReviewKind::Nack => "nack",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ReviewKind> {
+        match s {
+            "ack" => Some(ReviewKind::Ack),
+            "nack" => Some(ReviewKind::Nack),
+            _ => None,
+        }
+    }
+}
+
+/// An ack or a nack. A reviewer's latest word counts: an ack after their
+/// own nack withdraws it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Review {
+    pub at: Timestamp,
+    pub by: String,
+    pub kind: ReviewKind,
+    pub reason: String,
+}
+
+/// Everything known about a revision's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub revision: RevisionRef,
+    pub change_id: Option<String>,
+    pub state: Option<State>,
+    pub since: Option<Timestamp>,
+    pub reason: String,
+    /// For awaiting-review: when it becomes ready to merge.
+    pub ready_at: Option<Timestamp>,
+    /// Complete runs the verdict is based on, oldest first.
+    pub runs: Vec<String>,
+    /// Runs begun and never finished, recorded as interrupted.
+    pub interrupted: Vec<String>,
+    pub base_run: Option<String>,
+    #[serde(serialize_with = "checks_as_list")]
+    pub checks: Checks,
+    pub vs_base: Vec<Finding>,
+    pub previous: Option<RevisionRef>,
+    pub vs_previous: Vec<Finding>,
+    pub measurements: Vec<MeasurementDelta>,
+    pub reviews: Vec<Review>,
+    pub transitions: Vec<Transition>,
+    pub evaluated_at: Timestamp,
+}
+
+/// JSON has no struct keys: checks are a list of `{check, ...state}`.
+fn checks_as_list<S: serde::Serializer>(c: &Checks, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        #[serde(flatten)]
+        check: &'a CheckKey,
+        #[serde(flatten)]
+        state: &'a CheckState,
+    }
+    s.collect_seq(c.iter().map(|(check, state)| Row { check, state }))
+}
+
+impl Report {
+    pub fn flaky(&self) -> impl Iterator<Item = (&CheckKey, &CheckState)> {
+        self.checks.iter().filter(|(_, c)| c.flaky.is_some())
+    }
+
+    pub fn count(&self, kind: FindingKind) -> usize {
+        self.vs_base.iter().filter(|f| f.kind == kind).count()
+    }
+}
+
+/// Base runs comparable with `runs`: same base, same environment key.
+fn comparable_base(store: &dyn Store, runs: &[RunRecord]) -> Result<Vec<RunRecord>, StoreError> {
+    let Some(last) = runs
+        .iter()
+        .rev()
+        .find(|r| r.state == RunState::Complete)
+        .or(runs.last())
+    else {
+        return Ok(vec![]);
+    };
+    let key = last.run.environment.key();
+    Ok(store
+        .base_runs(&last.run.base)?
+        .into_iter()
+        .filter(|r| r.state == RunState::Complete && r.run.environment.key() == key)
+        .collect())
+}
+
+fn complete_by(runs: &[RunRecord], t: Timestamp) -> Vec<&Run> {
+    runs.iter()
+        .filter(|r| r.state == RunState::Complete && r.run.finished.unwrap_or(r.run.started) <= t)
+        .map(|r| &r.run)
+        .collect()
+}
+
+/// Bring the stored state of `r` up to `now` (appending transitions) and
+/// report it.
+pub fn advance(
+    store: &mut dyn Store,
+    r: &RevisionRef,
+    now: Timestamp,
+) -> Result<Report, VerdictError> {
+    let (rep, existing, new) = compute(store, r, now)?;
+    if !new.is_empty() {
+        store.append_transitions(&rep.revision, existing, &new)?;
+    }
+    Ok(rep)
+}
+
+/// The report at `now` without storing anything (for exports).
+pub fn evaluate(
+    store: &dyn Store,
+    r: &RevisionRef,
+    now: Timestamp,
+) -> Result<Report, VerdictError> {
+    Ok(compute(store, r, now)?.0)
+}
+
+/// The report, how many transitions were stored, and the new ones.
+fn compute(
+    store: &dyn Store,
+    r: &RevisionRef,
+    now: Timestamp,
+) -> Result<(Report, usize, Vec<Transition>), VerdictError> {
+    let all = store.revisions()?;
+    let rec = store.revision(r)?;
+    let r = rec.reference();
+    let runs = store.runs(&r)?;
+    let base_runs = comparable_base(store, &runs)?;
+    let reviews = store.reviews(&r)?;
+    let superseded = store::newer_revisions(&all, &rec)
+        .into_iter()
+        .map(|n| (n.created.max(rec.created), n.reference()))
+        .min();
+    let facts = clock::Facts {
+        revision: &r,
+        created: rec.created,
+        superseded,
+        runs: &runs,
+        base_runs: &base_runs,
+        reviews: &reviews,
+    };
+    let existing = store.transitions(&r)?;
+    let new = clock::replay(&facts, &existing, now)?;
+    let count = existing.len();
+    let mut transitions = existing;
+    transitions.extend(new.iter().cloned());
+    let rep = report(store, &all, &rec, &facts, transitions, now)?;
+    Ok((rep, count, new))
+}
+
+fn report(
+    store: &dyn Store,
+    all: &[RevisionRecord],
+    rec: &RevisionRecord,
+    facts: &clock::Facts<'_>,
+    transitions: Vec<Transition>,
+    now: Timestamp,
+) -> Result<Report, StoreError> {
+    let (checks, vs_base) = facts.outcome(now);
+    let this = complete_by(facts.runs, now);
+    let base = complete_by(facts.base_runs, now);
+    let previous = store::previous_revision(all, rec);
+    let vs_previous = match &previous {
+        Some(p) => {
+            let prev_runs = store.runs(&p.reference())?;
+            let prev_checks = compare::aggregate(&complete_by(&prev_runs, now));
+            compare::compare(&checks, &prev_checks, false)
+        }
+        None => vec![],
+    };
+    let last = transitions.last();
+    let state = last.map(|t| t.state);
+    // While testing, the reason moves on without a state change (a run
+    // finishes with ERROR): say the current one.
+    let fresh = last
+        .filter(|t| t.state == State::Testing)
+        .map(|t| facts.desired(now, Some((t.state, t.at))))
+        .filter(|d| d.0 == State::Testing)
+        .map(|d| d.1);
+    Ok(Report {
+        revision: rec.reference(),
+        change_id: rec.info.change_id.clone(),
+        state,
+        since: last.map(|t| t.at),
+        reason: fresh
+            .or_else(|| last.map(|t| t.reason.clone()))
+            .unwrap_or_default(),
+        ready_at: last
+            .filter(|t| t.state == State::AwaitingReview)
+            .map(|t| t.at.plus_hours(clock::REVIEW_HOURS)),
+        runs: this.iter().map(|r| r.id.clone()).collect(),
+        interrupted: facts
+            .runs
+            .iter()
+            .filter(|r| r.state == RunState::Interrupted)
+            .map(|r| r.run.id.clone())
+            .collect(),
+        base_run: base.last().map(|r| r.id.clone()),
+        checks,
+        vs_base,
+        previous: previous.map(|p| p.reference()),
+        vs_previous,
+        measurements: compare::measurements(&this, &base),
+        reviews: facts.reviews.to_vec(),
+        transitions,
+        evaluated_at: now,
+    })
+}
+
+/// Bring every stored revision up to `now`, by series and version.
+pub fn advance_all(store: &mut dyn Store, now: Timestamp) -> Result<Vec<Report>, VerdictError> {
+    let refs: Vec<RevisionRef> = store.revisions()?.iter().map(|r| r.reference()).collect();
+    refs.iter().map(|r| advance(store, r, now)).collect()
+}
+
+/// Record an ack or nack; refused if `review.at` is before the revision's
+/// last transition.
+pub fn review(store: &mut dyn Store, r: &RevisionRef, review: &Review) -> Result<(), VerdictError> {
+    Ok(store.add_review(r, review)?)
+}
+
+/// The report in plain lines for people.
+pub fn render_text(rep: &Report) -> String {
+    let mut s = String::new();
+    let state = rep.state.map_or("(not yet recorded)", State::name);
+    s.push_str(&format!("{}: {state}", rep.revision));
+    if let Some(since) = rep.since {
+        s.push_str(&format!(" since {since}"));
+    }
+    s.push('\n');
+    if !rep.reason.is_empty() {
+        s.push_str(&format!("  why: {}\n", rep.reason));
+    }
+    if let Some(at) = rep.ready_at {
+        s.push_str(&format!("  ready to merge at {at} unless objected\n"));
+    }
+    if let Some(b) = &rep.base_run {
+        s.push_str(&format!("  base run: {b}\n"));
+    }
+    for f in &rep.vs_base {
+        s.push_str(&format!("  {}: {} {}", f.kind.label(), f.check, f.status));
+        if !f.detail.is_empty() {
+            s.push_str(&format!(" ({})", f.detail));
+        }
+        s.push('\n');
+    }
+    for (k, c) in rep.flaky() {
+        s.push_str(&format!(
+            "  flaky: {k}: {}\n",
+            c.flaky.as_deref().unwrap_or("")
+        ));
+    }
+    if let Some(p) = &rep.previous {
+        for f in &rep.vs_previous {
+            s.push_str(&format!(
+                "  vs {p}: {}: {} {}\n",
+                f.kind.label(),
+                f.check,
+                f.status
+            ));
+        }
+    }
+    for m in &rep.measurements {
+        let band = m.base.map_or("no band".to_string(), |b| {
+            format!(
+                "band {:.4e}..{:.4e} from {} samples",
+                b.low, b.high, b.samples
+            )
+        });
+        s.push_str(&format!(
+            "  {}{}: {:.4e} {} ({band}): {}\n",
+            m.name,
+            m.variant
+                .as_deref()
+                .map(|v| format!(" ({v})"))
+                .unwrap_or_default(),
+            m.value,
+            m.unit,
+            serde_json::to_value(m.movement)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        ));
+    }
+    for r in &rep.interrupted {
+        s.push_str(&format!("  interrupted run: {r} (MISS)\n"));
+    }
+    for r in &rep.reviews {
+        s.push_str(&format!(
+            "  {} by {} at {}: {}\n",
+            r.kind.name(),
+            r.by,
+            r.at,
+            r.reason
+        ));
+    }
+    s
+}

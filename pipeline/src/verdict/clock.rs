@@ -1,0 +1,229 @@
+//! The verdict state machine of one revision, replayed over its facts.
+//!
+//! ```text
+//!  new ──run starts──▶ testing ──new FAIL vs base / no apply / no build──▶ changes-requested
+//!                        │   ▲                                                   ▲
+//!                        │   └── ERROR/MISS: stays testing until a rerun          │ nack
+//!                        └──passes──▶ awaiting-review ──72 h, no objection──▶ ready-to-merge
+//!  any state ──a newer revision of the same change-id is recorded──▶ superseded
+//! ```
+//!
+//! The facts (runs, reviews, newer revisions) carry their own times, so the
+//! states are replayed at those times: a transition is stored at the moment
+//! its cause happened (never before the last stored transition, never after
+//! `now`), which keeps the history right however rarely `verdict` runs.
+
+use crate::results::{RevisionRef, Timestamp};
+use crate::store::{RunRecord, RunState};
+
+use super::compare::{self, Checks, FindingKind};
+use super::{Review, ReviewKind, State, Transition, VerdictError};
+
+/// Hours of no objection after which a passing revision is ready to merge.
+pub const REVIEW_HOURS: i64 = 72;
+
+/// Everything the state of a revision depends on.
+pub struct Facts<'a> {
+    pub revision: &'a RevisionRef,
+    pub created: Timestamp,
+    /// The first newer revision of the same change and when it was recorded.
+    pub superseded: Option<(Timestamp, RevisionRef)>,
+    /// Runs of the revision, oldest first.
+    pub runs: &'a [RunRecord],
+    /// Comparable base runs, oldest first.
+    pub base_runs: &'a [RunRecord],
+    pub reviews: &'a [Review],
+}
+
+fn finished(r: &RunRecord) -> Timestamp {
+    r.run.finished.unwrap_or(r.run.started)
+}
+
+impl Facts<'_> {
+    fn event_times(&self) -> Vec<Timestamp> {
+        let mut v = vec![self.created];
+        v.extend(self.superseded.as_ref().map(|s| s.0));
+        for r in self.runs.iter().chain(self.base_runs) {
+            v.push(r.run.started);
+            v.push(finished(r));
+        }
+        v.extend(self.reviews.iter().map(|r| r.at));
+        v
+    }
+
+    /// The checks of complete runs finished by `t`, against the base.
+    pub fn outcome(&self, t: Timestamp) -> (Checks, Vec<compare::Finding>) {
+        let done = |rs: &[RunRecord]| -> Vec<crate::results::Run> {
+            rs.iter()
+                .filter(|r| r.state == RunState::Complete && finished(r) <= t)
+                .map(|r| r.run.clone())
+                .collect()
+        };
+        let this = done(self.runs);
+        let base = done(self.base_runs);
+        let this_refs: Vec<&crate::results::Run> = this.iter().collect();
+        let base_last: Vec<&crate::results::Run> = base.last().into_iter().collect();
+        let checks = compare::aggregate(&this_refs);
+        let mut findings = compare::compare(&checks, &compare::aggregate(&base_last), true);
+        if let Some(last) = this.last() {
+            findings.extend(compare::new_warnings(last, base.last()));
+        }
+        (checks, findings)
+    }
+
+    /// Objections standing at `t`: each reviewer's latest word, if a nack.
+    fn nacks_at(&self, t: Timestamp) -> Vec<&Review> {
+        let mut latest: Vec<&Review> = Vec::new();
+        for r in self.reviews.iter().filter(|r| r.at <= t) {
+            latest.retain(|l| l.by != r.by);
+            latest.push(r);
+        }
+        latest.retain(|r| r.kind == ReviewKind::Nack);
+        latest
+    }
+
+    /// The state the revision should be in at `t`, coming from `prev`.
+    pub fn desired(&self, t: Timestamp, prev: Option<(State, Timestamp)>) -> (State, String) {
+        if let Some((at, newer)) = self.superseded.as_ref().filter(|s| s.0 <= t) {
+            return (
+                State::Superseded,
+                format!("superseded by {newer} (recorded {at})"),
+            );
+        }
+        if let Some((State::Superseded, _)) = prev {
+            return (State::Superseded, String::new());
+        }
+        let started: Vec<&RunRecord> = self.runs.iter().filter(|r| r.run.started <= t).collect();
+        if started.is_empty() {
+            return (State::New, "recorded; no run yet".into());
+        }
+        let complete = started
+            .iter()
+            .any(|r| r.state == RunState::Complete && finished(r) <= t);
+        if !complete {
+            let last = started[started.len() - 1];
+            let why = if last.state == RunState::Interrupted && finished(last) <= t {
+                format!(
+                    "run {} was interrupted (MISS); waiting for a rerun",
+                    last.run.id
+                )
+            } else {
+                format!("run {} in progress", last.run.id)
+            };
+            return (State::Testing, why);
+        }
+        let (checks, findings) = self.outcome(t);
+        let list = |kind: FindingKind| -> Vec<String> {
+            findings
+                .iter()
+                .filter(|f| f.kind == kind)
+                .map(|f| format!("{} {}", f.check, f.status))
+                .collect()
+        };
+        let new = list(FindingKind::NewFailure);
+        if !new.is_empty() {
+            return (
+                State::ChangesRequested,
+                format!("new failures against the base: {}", new.join(", ")),
+            );
+        }
+        let incomplete = list(FindingKind::Incomplete);
+        if !incomplete.is_empty() {
+            return (
+                State::Testing,
+                format!(
+                    "could not complete, rerun needed: {}",
+                    incomplete.join(", ")
+                ),
+            );
+        }
+        let nacks = self.nacks_at(t);
+        if let Some(n) = nacks.first() {
+            return (
+                State::ChangesRequested,
+                format!("nacked by {} at {}: {}", n.by, n.at, n.reason),
+            );
+        }
+        let flaky = checks.values().filter(|c| c.flaky.is_some()).count();
+        let warnings = list(FindingKind::NewWarning).len();
+        let mut notes = format!("{} checks, no new failure against the base", checks.len());
+        if warnings > 0 {
+            notes.push_str(&format!("; {warnings} builds with new warnings"));
+        }
+        if flaky > 0 {
+            notes.push_str(&format!("; {flaky} flaky"));
+        }
+        match prev {
+            Some((State::AwaitingReview, since)) if t >= since.plus_hours(REVIEW_HOURS) => (
+                State::ReadyToMerge,
+                format!("{REVIEW_HOURS} hours without objection since {since}; {notes}"),
+            ),
+            Some((State::ReadyToMerge, _)) => (State::ReadyToMerge, notes),
+            _ => (
+                State::AwaitingReview,
+                format!(
+                    "{notes}; ready to merge at {} unless someone objects",
+                    t.plus_hours(REVIEW_HOURS)
+                ),
+            ),
+        }
+    }
+}
+
+/// The transitions to append to `existing` so the state is right at `now`.
+pub fn replay(
+    facts: &Facts<'_>,
+    existing: &[Transition],
+    now: Timestamp,
+) -> Result<Vec<Transition>, VerdictError> {
+    let mut cursor = existing.last().map(|t| t.at);
+    if let Some(last) = cursor.filter(|&l| now < l) {
+        return Err(VerdictError::NowBeforeLast {
+            revision: facts.revision.clone(),
+            now,
+            last,
+        });
+    }
+    let mut state = existing.last().map(|t| (t.state, t.at));
+    let mut out = Vec::new();
+    if state.is_none() && facts.created <= now {
+        // Every revision starts as new, at the time it was recorded; the
+        // facts of that same instant are evaluated next.
+        out.push(Transition {
+            at: facts.created,
+            state: State::New,
+            reason: "recorded".into(),
+        });
+        state = Some((State::New, facts.created));
+        cursor = Some(Timestamp(facts.created.0 - 1));
+    }
+    let events = facts.event_times();
+    loop {
+        let after =
+            |t: &Timestamp| cursor.map_or(true, |c| *t > c) && *t <= now && *t >= facts.created;
+        let mut next: Vec<Timestamp> = events.iter().copied().filter(after).collect();
+        if let Some((State::AwaitingReview, since)) = state {
+            let ready = since.plus_hours(REVIEW_HOURS);
+            if after(&ready) {
+                next.push(ready);
+            }
+        }
+        if after(&now) {
+            next.push(now);
+        }
+        let Some(t) = next.into_iter().min() else {
+            break;
+        };
+        let (s, reason) = facts.desired(t, state);
+        if state.map(|x| x.0) != Some(s) {
+            out.push(Transition {
+                at: t,
+                state: s,
+                reason,
+            });
+            state = Some((s, t));
+        }
+        cursor = Some(t);
+    }
+    Ok(out)
+}

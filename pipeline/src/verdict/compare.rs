@@ -1,0 +1,398 @@
+//! Comparing a revision's checks with the base and with the previous
+//! revision, flake accounting, and the noise band for measurements.
+//!
+//! Retries and flakes: a farm check that fails is retried once and the retry
+//! is stored as `attempt: 1`. The retry's status is the check's status in that
+//! run; a FAIL or ERROR followed by a PASS (within a run, or between runs of the
+//! same revision) marks the check **flaky**: it is listed in every report and
+//! does not count as a new failure.
+//!
+//! Noise band (measurements): the base samples of a measurement, pooled over
+//! every comparable base run, give a mean μ and a sample standard deviation s.
+//! The band is `[min(μ − 3s, min), max(μ + 3s, max)]`: three standard
+//! deviations, and never narrower than what the base itself showed. The
+//! revision's value is the mean of its own samples (pooled over its runs). A
+//! regression is called only when that mean lies outside the band on the
+//! worse side; fewer than 2 base samples give no band, and then no call.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::results::{Measurement, Run, Status};
+
+/// How many standard deviations the noise band spans either side of the mean.
+pub const NOISE_K: f64 = 3.0;
+
+/// A check's identity across runs: its path and, for farm checks, the variant.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CheckKey {
+    pub path: String,
+    pub variant: Option<String>,
+}
+
+impl fmt::Display for CheckKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.variant {
+            Some(v) => write!(f, "{} ({v})", self.path),
+            None => f.write_str(&self.path),
+        }
+    }
+}
+
+impl CheckKey {
+    /// The check family for patchwork contexts: `apply`, `build`, `gate`, `farm`.
+    pub fn family(&self) -> &str {
+        self.path.split('.').next().unwrap_or("")
+    }
+
+    /// For `build.<variant>.patchN`, the patch number.
+    pub fn patch(&self) -> Option<u32> {
+        let last = self.path.rsplit('.').next()?;
+        last.strip_prefix("patch")?.parse().ok()
+    }
+}
+
+/// A check's state over the runs of one revision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckState {
+    /// After retries; PASS for a flaky check.
+    pub status: Status,
+    /// Why the check is flaky, if it is.
+    pub flaky: Option<String>,
+    pub log_excerpt: String,
+    /// How many runs saw it.
+    pub runs: usize,
+}
+
+pub type Checks = BTreeMap<CheckKey, CheckState>;
+
+fn fails(s: Status) -> bool {
+    matches!(s, Status::Fail | Status::Error)
+}
+
+/// The checks of one run, retries folded in: (status, flaky reason, excerpt).
+fn run_checks(run: &Run) -> BTreeMap<CheckKey, (Status, Option<String>, String)> {
+    let mut out = BTreeMap::new();
+    for b in &run.builds {
+        let key = CheckKey {
+            path: b.path(),
+            variant: None,
+        };
+        out.insert(key, (b.status, None, b.log_excerpt.clone()));
+    }
+    let mut attempts: BTreeMap<CheckKey, [Option<(Status, String)>; 2]> = BTreeMap::new();
+    for t in &run.tests {
+        let key = CheckKey {
+            path: t.path.clone(),
+            variant: t.variant.clone(),
+        };
+        let slot = attempts.entry(key).or_default();
+        slot[usize::from(t.attempt >= 1)] = Some((t.status, t.log_excerpt.clone()));
+    }
+    for (key, [first, retry]) in attempts {
+        let v = match (first, retry) {
+            (Some((s0, x0)), Some((s1, x1))) => {
+                let flaky = (fails(s0) && s1 == Status::Pass)
+                    .then(|| format!("{s0} then PASS on retry in run {}", run.id));
+                let excerpt = if s1 == Status::Pass { x0 } else { x1 };
+                (s1, flaky, excerpt)
+            }
+            (Some((s, x)), None) | (None, Some((s, x))) => (s, None, x),
+            (None, None) => continue,
+        };
+        out.insert(key, v);
+    }
+    out
+}
+
+/// Fold the runs of one revision (oldest first) into one state per check.
+pub fn aggregate(runs: &[&Run]) -> Checks {
+    /// Per run: run id, status, flaky reason, log excerpt.
+    type History = Vec<(String, Status, Option<String>, String)>;
+    let mut seen: BTreeMap<CheckKey, History> = BTreeMap::new();
+    for run in runs {
+        for (key, (s, flaky, x)) in run_checks(run) {
+            seen.entry(key)
+                .or_default()
+                .push((run.id.clone(), s, flaky, x));
+        }
+    }
+    seen.into_iter()
+        .map(|(key, hist)| {
+            let mut flaky = hist.iter().find_map(|h| h.2.clone());
+            let passed = hist.iter().find(|h| h.1 == Status::Pass);
+            let failed = hist.iter().find(|h| fails(h.1));
+            if flaky.is_none() {
+                if let (Some(p), Some(f)) = (passed, failed) {
+                    flaky = Some(format!("{} in run {}, PASS in run {}", f.1, f.0, p.0));
+                }
+            }
+            let last = hist.last().map(|h| (h.1, h.3.clone()));
+            let (status, log_excerpt) = last.unwrap_or((Status::Miss, String::new()));
+            let excerpt = failed.map_or(log_excerpt, |f| f.3.clone());
+            let state = CheckState {
+                status: if flaky.is_some() {
+                    Status::Pass
+                } else {
+                    status
+                },
+                flaky,
+                log_excerpt: excerpt,
+                runs: hist.len(),
+            };
+            (key, state)
+        })
+        .collect()
+}
+
+/// What a comparison found about one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// Fails here, not in the reference: counts against the series.
+    NewFailure,
+    /// Could not complete (ERROR/MISS): the outcome is unknown.
+    Incomplete,
+    /// More warnings than the build before the patch.
+    NewWarning,
+    /// Fails here and in the reference: not the series' fault.
+    StillFailing,
+    /// Passes here, failed in the reference.
+    Fixed,
+}
+
+impl FindingKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            FindingKind::NewFailure => "new failure",
+            FindingKind::Incomplete => "incomplete",
+            FindingKind::NewWarning => "new warning",
+            FindingKind::StillFailing => "still failing",
+            FindingKind::Fixed => "fixed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub check: CheckKey,
+    pub status: Status,
+    /// The same check in the reference (base or previous revision).
+    pub reference: Option<Status>,
+    pub detail: String,
+}
+
+/// The reference check for `key`: a per-patch build is compared with the
+/// base build of its variant.
+fn reference_key(key: &CheckKey, against_base: bool) -> CheckKey {
+    if against_base && key.family() == "build" && key.patch().is_some() {
+        let variant = key.path.split('.').nth(1).unwrap_or("");
+        return CheckKey {
+            path: format!("build.{variant}.base"),
+            variant: None,
+        };
+    }
+    key.clone()
+}
+
+/// Classify every check of `this` against `reference`. With `against_base`,
+/// per-patch builds compare with the base build (from `reference`, else from
+/// `this` run's own base build).
+pub fn compare(this: &Checks, reference: &Checks, against_base: bool) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (key, st) in this {
+        let rk = reference_key(key, against_base);
+        let r = reference
+            .get(&rk)
+            .or_else(|| this.get(&rk).filter(|_| rk != *key));
+        let reference = r.map(|r| r.status);
+        let excerpt = || st.log_excerpt.lines().last().unwrap_or("").to_string();
+        let kind = match (st.status, reference) {
+            (Status::Fail, Some(Status::Fail)) => Some(FindingKind::StillFailing),
+            (Status::Fail, _) => Some(FindingKind::NewFailure),
+            (s, Some(r)) if s.incomplete() && r.incomplete() => None,
+            (s, _) if s.incomplete() => Some(FindingKind::Incomplete),
+            (Status::Pass, Some(Status::Fail)) => Some(FindingKind::Fixed),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            out.push(Finding {
+                kind,
+                check: key.clone(),
+                status: st.status,
+                reference,
+                detail: excerpt(),
+            });
+        }
+    }
+    out.sort_by(|a, b| (a.kind, &a.check).cmp(&(b.kind, &b.check)));
+    out
+}
+
+/// New warnings of the per-patch builds of `run`, against the base build of
+/// the same variant (the run's own, else `base`'s).
+pub fn new_warnings(run: &Run, base: Option<&Run>) -> Vec<Finding> {
+    let base_warnings = |variant: &str| {
+        let pick = |r: &Run| {
+            r.builds
+                .iter()
+                .find(|b| b.patch.is_none() && b.variant == variant)
+                .map(|b| b.warnings)
+        };
+        pick(run).or_else(|| base.and_then(pick))
+    };
+    let mut out = Vec::new();
+    for b in run.builds.iter().filter(|b| b.patch.is_some()) {
+        let before = base_warnings(&b.variant);
+        let more = before.is_some_and(|w| b.warnings > w);
+        if b.new_warnings.is_empty() && !more {
+            continue;
+        }
+        let mut detail = match before {
+            Some(w) => format!("warnings before: {w} this patch: {}", b.warnings),
+            None => format!("warnings this patch: {}", b.warnings),
+        };
+        if let Some(first) = b.new_warnings.first() {
+            detail.push_str(&format!("; new: {first}"));
+        }
+        out.push(Finding {
+            kind: FindingKind::NewWarning,
+            check: CheckKey {
+                path: b.path(),
+                variant: None,
+            },
+            status: b.status,
+            reference: None,
+            detail,
+        });
+    }
+    out
+}
+
+/// The noise band of a set of base samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Band {
+    pub mean: f64,
+    pub stddev: f64,
+    pub low: f64,
+    pub high: f64,
+    pub samples: usize,
+}
+
+/// `[min(μ − kσ, min), max(μ + kσ, max)]`; None below two samples.
+pub fn band(samples: &[f64]) -> Option<Band> {
+    let n = samples.len();
+    if n < 2 {
+        return None;
+    }
+    let mean = samples.iter().sum::<f64>() / n as f64;
+    let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let stddev = var.sqrt();
+    let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(Band {
+        mean,
+        stddev,
+        low: (mean - NOISE_K * stddev).min(min),
+        high: (mean + NOISE_K * stddev).max(max),
+        samples: n,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Movement {
+    /// Outside the band on the worse side.
+    Regression,
+    /// Outside the band on the better side.
+    Improvement,
+    WithinNoise,
+    /// Fewer than two base samples: no call.
+    NoBand,
+    /// The base never measured it.
+    NoBase,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeasurementDelta {
+    pub name: String,
+    pub variant: Option<String>,
+    pub unit: String,
+    /// Mean of the revision's samples.
+    pub value: f64,
+    pub samples: usize,
+    pub base: Option<Band>,
+    /// (value − base mean) / base mean, in percent.
+    pub delta_pct: Option<f64>,
+    pub movement: Movement,
+}
+
+fn samples_of(m: &Measurement) -> Vec<f64> {
+    if m.samples.is_empty() {
+        vec![m.value]
+    } else {
+        m.samples.clone()
+    }
+}
+
+type MKey = (String, Option<String>);
+
+fn pool(runs: &[&Run]) -> BTreeMap<MKey, (Vec<f64>, String, bool)> {
+    let mut out: BTreeMap<MKey, (Vec<f64>, String, bool)> = BTreeMap::new();
+    for r in runs {
+        for m in &r.measurements {
+            let e = out
+                .entry((m.name.clone(), m.variant.clone()))
+                .or_insert_with(|| (vec![], m.unit.clone(), m.lower_is_better));
+            e.0.extend(samples_of(m));
+        }
+    }
+    out
+}
+
+/// Every measurement of `this` against the band of `base`.
+pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
+    let base = pool(base);
+    pool(this)
+        .into_iter()
+        .map(|((name, variant), (samples, unit, lower_is_better))| {
+            let value = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
+            let b = base.get(&(name.clone(), variant.clone()));
+            let band = b.and_then(|b| band(&b.0));
+            let movement = match (b, band) {
+                (None, _) => Movement::NoBase,
+                (Some(_), None) => Movement::NoBand,
+                (Some(_), Some(bd)) => {
+                    let (worse, better) = if lower_is_better {
+                        (value > bd.high, value < bd.low)
+                    } else {
+                        (value < bd.low, value > bd.high)
+                    };
+                    if worse {
+                        Movement::Regression
+                    } else if better {
+                        Movement::Improvement
+                    } else {
+                        Movement::WithinNoise
+                    }
+                }
+            };
+            let base_mean = b.map(|b| b.0.iter().sum::<f64>() / b.0.len().max(1) as f64);
+            MeasurementDelta {
+                name,
+                variant,
+                unit,
+                value,
+                samples: samples.len(),
+                base: band,
+                delta_pct: base_mean
+                    .filter(|m| *m != 0.0)
+                    .map(|m| (value - m) / m * 100.0),
+                movement,
+            }
+        })
+        .collect()
+}

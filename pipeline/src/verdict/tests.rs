@@ -1,0 +1,308 @@
+use super::*;
+use crate::results::fixture::{build, measurement, run, t, test};
+use crate::results::Status;
+use crate::store::{OpenMode, SqliteStore};
+
+fn store() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let st = SqliteStore::open(&dir.path().join("r.sqlite"), OpenMode::Create).unwrap();
+    (dir, st)
+}
+
+fn rev(s: &str) -> RevisionRef {
+    s.parse().unwrap()
+}
+
+fn states(st: &SqliteStore, r: &str) -> Vec<(String, State)> {
+    st.transitions(&rev(r))
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.at.to_string(), t.state))
+        .collect()
+}
+
+fn base_run() -> crate::results::Run {
+    let mut b = run("base", None, "2026-06-01T00:00:00Z", "2026-06-01T01:00:00Z");
+    b.tests.push(test("farm.dmesg.clean", Status::Fail));
+    b.measurements
+        .push(measurement(&[100.0, 102.0, 98.0, 101.0, 99.0]));
+    b
+}
+
+#[test]
+fn passing_revision_waits_72_hours_then_is_ready() {
+    let (_d, mut st) = store();
+    st.record_run(&base_run()).unwrap();
+    st.record_run(&run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    ))
+    .unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-04T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    assert_eq!(r.ready_at, Some(t("2026-06-05T01:00:00Z")));
+    // One second short of 72 hours: still waiting.
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-05T00:59:59Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-09T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ReadyToMerge));
+    assert_eq!(
+        states(&st, "s/v1"),
+        [
+            ("2026-06-02T00:00:00Z".into(), State::New),
+            ("2026-06-02T00:00:00Z".into(), State::Testing),
+            ("2026-06-02T01:00:00Z".into(), State::AwaitingReview),
+            ("2026-06-05T01:00:00Z".into(), State::ReadyToMerge),
+        ]
+    );
+    let e = advance(&mut st, &rev("s/v1"), t("2026-06-04T00:00:00Z")).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("earlier than the last recorded transition"),
+        "{e}"
+    );
+}
+
+#[test]
+fn nack_requests_changes_and_the_reviewers_ack_withdraws_it() {
+    let (_d, mut st) = store();
+    st.record_run(&run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    ))
+    .unwrap();
+    advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    let nack = Review {
+        at: t("2026-06-04T00:00:00Z"),
+        by: "Andrew Lunn".into(),
+        kind: ReviewKind::Nack,
+        reason: "needs a Fixes: tag".into(),
+    };
+    review(&mut st, &rev("s/v1"), &nack).unwrap();
+    // Long after 72 hours: the objection stands.
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-10T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ChangesRequested));
+    assert!(
+        r.reason.contains("Andrew Lunn") && r.reason.contains("Fixes"),
+        "{}",
+        r.reason
+    );
+    let ack = Review {
+        at: t("2026-06-11T00:00:00Z"),
+        kind: ReviewKind::Ack,
+        ..nack
+    };
+    review(&mut st, &rev("s/v1"), &ack).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-12T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    assert_eq!(
+        r.since,
+        Some(t("2026-06-11T00:00:00Z")),
+        "the clock restarts"
+    );
+}
+
+#[test]
+fn new_failure_requests_changes_and_a_newer_revision_supersedes() {
+    let (_d, mut st) = store();
+    st.record_run(&base_run()).unwrap();
+    let mut v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    v1.tests.push(test("apply.patch1", Status::Fail));
+    v1.tests.push(test("farm.dmesg.clean", Status::Fail));
+    st.record_run(&v1).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ChangesRequested));
+    assert!(r.reason.contains("apply.patch1 FAIL"), "{}", r.reason);
+    assert!(
+        !r.reason.contains("dmesg"),
+        "a base failure is not counted: {}",
+        r.reason
+    );
+    assert_eq!(r.count(FindingKind::StillFailing), 1);
+    let mut v2 = run(
+        "v2",
+        Some(2),
+        "2026-06-04T00:00:00Z",
+        "2026-06-04T01:00:00Z",
+    );
+    v2.tests.push(test("apply.patch1", Status::Pass));
+    st.record_run(&v2).unwrap();
+    let reps = advance_all(&mut st, t("2026-06-05T00:00:00Z")).unwrap();
+    assert_eq!(reps[0].state, Some(State::Superseded));
+    assert_eq!(reps[0].since, Some(t("2026-06-04T00:00:00Z")));
+    assert_eq!(reps[1].state, Some(State::AwaitingReview));
+    assert_eq!(reps[1].previous, Some(rev("s/v1")));
+    assert!(reps[1]
+        .vs_previous
+        .iter()
+        .any(|f| f.kind == FindingKind::Fixed && f.check.path == "apply.patch1"));
+}
+
+#[test]
+fn harness_trouble_keeps_testing_and_never_fails() {
+    let (_d, mut st) = store();
+    let mut v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    v1.tests.push(test("farm.throughput.tcp_tx", Status::Error));
+    st.record_run(&v1).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::Testing));
+    assert!(r.reason.contains("rerun"), "{}", r.reason);
+}
+
+#[test]
+fn build_failure_after_a_patch_and_new_warnings() {
+    let (_d, mut st) = store();
+    let mut v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    let mut b = build(Some(1), Status::Pass, 4);
+    b.new_warnings = vec!["drivers/net/phy/ax88796b_rust.rs:10: warning: unused".into()];
+    v1.builds.push(b);
+    st.record_run(&v1).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    assert_eq!(
+        r.state,
+        Some(State::AwaitingReview),
+        "a warning alone is not a failure"
+    );
+    let w: Vec<_> = r
+        .vs_base
+        .iter()
+        .filter(|f| f.kind == FindingKind::NewWarning)
+        .collect();
+    assert_eq!(w.len(), 1);
+    assert!(
+        w[0].detail.contains("warnings before: 2 this patch: 4"),
+        "{}",
+        w[0].detail
+    );
+
+    let mut v2 = run(
+        "v2",
+        Some(2),
+        "2026-06-04T00:00:00Z",
+        "2026-06-04T01:00:00Z",
+    );
+    v2.builds.push(build(Some(1), Status::Fail, 2));
+    st.record_run(&v2).unwrap();
+    let r = advance(&mut st, &rev("s/v2"), t("2026-06-05T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ChangesRequested));
+    assert!(r.reason.contains("build.rust.patch1 FAIL"), "{}", r.reason);
+}
+
+#[test]
+fn flips_between_runs_are_flaky_and_listed() {
+    let (_d, mut st) = store();
+    let mut a = run("a", Some(1), "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
+    a.tests.push(test("farm.link_flap.flap10", Status::Fail));
+    st.record_run(&a).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-02T02:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ChangesRequested));
+    let mut b = run("b", Some(1), "2026-06-02T03:00:00Z", "2026-06-02T04:00:00Z");
+    b.tests.push(test("farm.link_flap.flap10", Status::Pass));
+    st.record_run(&b).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-02T05:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    let flaky: Vec<_> = r
+        .flaky()
+        .map(|(k, c)| (k.path.clone(), c.flaky.clone().unwrap()))
+        .collect();
+    assert_eq!(flaky.len(), 1);
+    assert!(
+        flaky[0].1.contains("FAIL in run a, PASS in run b"),
+        "{flaky:?}"
+    );
+}
+
+#[test]
+fn retry_fold_confirmed_failure_and_flake() {
+    let mut r = run("r", Some(1), "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
+    r.tests = vec![
+        test("farm.a", Status::Fail),
+        crate::results::TestResult {
+            attempt: 1,
+            ..test("farm.a", Status::Pass)
+        },
+        test("farm.b", Status::Fail),
+        crate::results::TestResult {
+            attempt: 1,
+            ..test("farm.b", Status::Fail)
+        },
+    ];
+    let c = compare::aggregate(&[&r]);
+    let get = |p: &str| c.iter().find(|(k, _)| k.path == p).unwrap().1;
+    assert_eq!(get("farm.a").status, Status::Pass);
+    assert!(get("farm.a").flaky.is_some());
+    assert_eq!(get("farm.b").status, Status::Fail);
+    assert!(get("farm.b").flaky.is_none());
+}
+
+#[test]
+fn noise_band_calls_regressions_only_outside_it() {
+    let base = [100.0, 102.0, 98.0, 101.0, 99.0];
+    let b = compare::band(&base).unwrap();
+    assert!((b.mean - 100.0).abs() < 1e-9);
+    assert!((b.low - (100.0 - 3.0 * b.stddev)).abs() < 1e-9);
+    assert!(
+        compare::band(&[100.0]).is_none(),
+        "one sample gives no band"
+    );
+    // A constant base still gets a band as wide as what it showed.
+    let flat = compare::band(&[5.0, 5.0]).unwrap();
+    assert_eq!((flat.low, flat.high), (5.0, 5.0));
+    let mut br = run("b", None, "2026-06-01T00:00:00Z", "2026-06-01T01:00:00Z");
+    br.measurements.push(measurement(&base));
+    let call = |samples: &[f64], lower: bool| {
+        let mut r = run("r", Some(1), "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
+        let mut m = measurement(samples);
+        m.lower_is_better = lower;
+        r.measurements.push(m);
+        let mut b2 = br.clone();
+        b2.measurements[0].lower_is_better = lower;
+        compare::measurements(&[&r], &[&b2])[0].movement
+    };
+    assert_eq!(call(&[96.0, 97.0], false), Movement::WithinNoise);
+    assert_eq!(call(&[90.0, 91.0], false), Movement::Regression);
+    assert_eq!(call(&[110.0], false), Movement::Improvement);
+    assert_eq!(call(&[110.0], true), Movement::Regression);
+    let mut one = br.clone();
+    one.measurements[0].samples = vec![100.0];
+    let mut r = run("r", Some(1), "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
+    r.measurements.push(measurement(&[50.0]));
+    assert_eq!(
+        compare::measurements(&[&r], &[&one])[0].movement,
+        Movement::NoBand
+    );
+}
+
+#[test]
+fn an_interrupted_run_alone_keeps_the_revision_testing() {
+    let (_d, mut st) = store();
+    let v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    st.begin_run(&v1).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-02T00:30:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::Testing));
+    assert!(r.reason.contains("in progress"), "{}", r.reason);
+}

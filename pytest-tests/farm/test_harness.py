@@ -1,0 +1,120 @@
+"""The harness itself: no QEMU or emulator outlives an interrupted run
+(Ctrl-C, or the pytest process killed outright), and a guest that hangs is
+an ERROR naming the timeout, not a FAIL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SLEEPER = """
+import time
+def test_sleeps(farm, variant):
+    print("GUEST-UP", flush=True)
+    time.sleep(600)
+"""
+
+
+def alive(pid: int, argv0: str) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return False
+    return cmd == argv0
+
+
+def run_and_interrupt(tmp_path: Path, config, sig: int) -> list[dict]:
+    test = tmp_path / "test_sleeper.py"
+    test.write_text(SLEEPER)
+    results = tmp_path / "results"
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(test),
+        "-p",
+        "phyfarm_farm.plugin",
+        "--results-dir",
+        str(results),
+        "--accel",
+        config.getoption("--accel"),
+        "-s",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(tmp_path),
+    ]
+    for opt in ("--kernel", "--artifacts", "--guest-image", "--emulator"):
+        if config.getoption(opt):
+            argv += [opt, str(config.getoption(opt))]
+    v = config.getoption("--variant")
+    if v:
+        argv += ["--variant", v[0]]
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    p = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    out = b""
+    deadline = time.monotonic() + 300
+    procs_file = None
+    while time.monotonic() < deadline:
+        found = list(results.glob("logs/*/procs.json"))
+        if found and b"GUEST-UP" in out:
+            procs_file = found[0]
+            break
+        if p.poll() is not None:
+            break
+        line = p.stdout.readline()
+        out += line
+    if procs_file is None:
+        p.kill()
+        pytest.fail(f"the sleeper never booted its guest:\n{out.decode()[-3000:]}")
+    started = json.loads(procs_file.read_text())
+    assert {s["name"] for s in started} == {"qemu", "ax88772-emu"}, started
+    assert all(alive(s["pid"], s["argv"][0]) for s in started), "children not running"
+    os.kill(p.pid, sig)
+    p.wait(timeout=60)
+    time.sleep(0.5)
+    return [s for s in started if alive(s["pid"], s["argv"][0])]
+
+
+@pytest.mark.single_variant
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_no_process_outlives_an_interrupted_run(farm_env, variant, tmp_path, request, how):
+    left = run_and_interrupt(tmp_path, request.config, getattr(signal, how))
+    assert not left, f"still running after {how} to pytest: {left}"
+
+
+@pytest.mark.single_variant
+def test_a_hung_guest_is_an_error_naming_the_timeout(farm_env, variant, request, monkeypatch):
+    from phyfarm_farm import agent
+    from phyfarm_farm.errors import GuestTimeout
+    from phyfarm_farm.plugin import BootSpec, boot_farm
+    from phyfarm_farm.results import classify
+
+    farm = boot_farm(request, farm_env, variant, BootSpec(network=False, usb=False))
+    monkeypatch.setattr(agent, "SLACK", 1.0)
+    os.kill(farm.guest.proc.pid, signal.SIGSTOP)  # the guest freezes: nobody answers
+    try:
+        with pytest.raises(GuestTimeout) as e:
+            farm.guest.run(["true"], timeout=2)
+    finally:
+        os.kill(farm.guest.proc.pid, signal.SIGCONT)
+    assert "within 3s (--guest-timeout 2s" in str(e.value), str(e.value)
+    assert classify(e, "call") == "ERROR"
+    farm.guest.stop()
+    assert not farm.guest.proc.alive(), "the hung guest was not killed"

@@ -1,0 +1,120 @@
+"""link-flap: N link down/up cycles driven from the emulator's control socket.
+Every transition must be seen by the guest (carrier and operstate), carrier
+off within 2 s of the cable going away; time to detect and to recover is
+recorded per flap; traffic resumes after each; the PHY driver's
+link_change_notify path (soft reset + autoneg restart on entering NOLINK)
+shows in the emulator's MDIO counters. A second run turns on the "reset
+needed after link loss" quirk, which a driver without that reset fails."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+from phyfarm_farm.errors import CheckFailed
+
+DETECT_LIMIT = 2.0  # seconds from cable pulled to carrier off
+RECOVER_LIMIT = 10.0
+TRAFFIC_LIMIT = 5.0
+QUIRK_FLAPS = 5
+
+
+def flap(farm, i: int) -> dict:
+    g = farm.guest
+    carrier = farm.sysfs("carrier")
+    oper = farm.sysfs("operstate")
+    # Down: start polling in the guest, then pull the cable.
+    pending = g.submit(
+        {
+            "wait": {
+                "all": [{"path": carrier, "equals": "0"}],
+                "timeout": 10,
+                "interval_ms": 5,
+                "read": [oper],
+            }
+        }
+    )
+    t0 = time.monotonic()
+    farm.emu.link(False)
+    r = g.result(pending, 10)
+    detect = time.monotonic() - t0
+    if r["exit"] != 0:
+        raise CheckFailed(f"flap {i}: carrier still on 10s after link down; {farm.phy_brief()}")
+    w = g.wait_files([{"path": oper, "not_equals": "up"}], timeout=5)
+    if w["exit"] != 0:
+        raise CheckFailed(f"flap {i}: operstate still 'up' 5s after carrier off")
+    oper_down = w["values"][oper]
+    # Up again.
+    pending = g.submit(
+        {
+            "wait": {
+                "all": [{"path": carrier, "equals": "1"}],
+                "timeout": RECOVER_LIMIT,
+                "interval_ms": 5,
+            }
+        }
+    )
+    t1 = time.monotonic()
+    farm.emu.link(True)
+    r = g.result(pending, RECOVER_LIMIT)
+    recover = time.monotonic() - t1
+    if r["exit"] != 0:
+        raise CheckFailed(
+            f"flap {i}: no carrier {RECOVER_LIMIT:.0f}s after the link came back; "
+            f"emulator: {farm.phy_brief()}"
+        )
+    w = g.wait_files([{"path": oper, "equals": "up"}], timeout=5)
+    if w["exit"] != 0:
+        raise CheckFailed(f"flap {i}: operstate {w['values'][oper]!r} 5s after carrier on")
+    traffic = farm.ping_until(TRAFFIC_LIMIT)
+    if traffic is None:
+        raise CheckFailed(f"flap {i}: no ping reply {TRAFFIC_LIMIT:.0f}s after carrier on")
+    return {"detect": detect, "recover": recover, "traffic": traffic, "oper_down": oper_down}
+
+
+def mdio_writes(farm) -> dict:
+    return farm.emu.phy()["phy"]["mdio_writes"]
+
+
+@pytest.mark.needs_ctl
+@pytest.mark.parametrize("quirk", ["plain", "reset_after_link_loss"])
+def test_link_flap(farm, variant, flaps, measure, quirk):
+    n = flaps if quirk == "plain" else min(flaps, QUIRK_FLAPS)
+    if quirk != "plain":
+        farm.emu.ctl("quirks", reset_after_link_loss=True)
+    before = farm.link_state()
+    w0 = mdio_writes(farm)
+    results = [flap(farm, i + 1) for i in range(n)]
+    after = farm.link_state()
+    w1 = mdio_writes(farm)
+
+    detect = [r["detect"] for r in results]
+    recover = [r["recover"] for r in results]
+    for name, vals in (
+        ("detect", detect),
+        ("recover", recover),
+        ("traffic", [r["traffic"] for r in results]),
+    ):
+        measure(f"{name}_median", statistics.median(vals), "s")
+        measure(f"{name}_max", max(vals), "s")
+    measure("flaps", n, "count")
+
+    downs = int(after["carrier_down_count"]) - int(before["carrier_down_count"])
+    ups = int(after["carrier_up_count"]) - int(before["carrier_up_count"])
+    assert (downs, ups) == (n, n), (
+        f"{n} flaps, but the guest counted {downs} carrier downs and {ups} ups"
+    )
+    slow = [(i + 1, round(d, 3)) for i, d in enumerate(detect) if d > DETECT_LIMIT]
+    assert not slow, f"carrier off later than {DETECT_LIMIT}s after link down: {slow}"
+    odd = {r["oper_down"] for r in results} - {"down", "lowerlayerdown", "dormant"}
+    assert not odd, f"operstate while the link was down: {odd}"
+    # link_change_notify: a soft reset (BMCR written) and an autoneg restart,
+    # which rewrites ADVERTISE after the reset restored its default.
+    bmcr = w1.get("0x00", 0) - w0.get("0x00", 0)
+    adv = w1.get("0x04", 0) - w0.get("0x04", 0)
+    measure("bmcr_writes_per_flap", bmcr / n, "writes")
+    assert bmcr >= 2 * n and adv >= n, (
+        f"link_change_notify not exercised: {bmcr} BMCR and {adv} ADVERTISE writes "
+        f"over {n} flaps (expected >= {2 * n} and >= {n})"
+    )

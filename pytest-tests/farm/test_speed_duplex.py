@@ -1,0 +1,87 @@
+"""speed/duplex: ethtool -s with autoneg off at 10/half, 10/full, 100/half,
+100/full (the partner forced to the same mode), then autoneg again. The
+guest's view, the emulator's BMCR and the MAC's medium mode agree, and
+traffic flows at every setting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from phyfarm_farm.errors import CheckFailed
+
+BMCR_SPEED100, BMCR_ANENABLE, BMCR_FULLDPLX = 0x2000, 0x1000, 0x0100
+MEDIUM_FD, MEDIUM_PS = 0x0002, 0x0200
+ALL_MODES = ["100full", "100half", "10full", "10half"]
+
+
+def settle(farm, speed: int, duplex: str, timeout: float = 15) -> float:
+    t = time.monotonic()
+    w = farm.guest.wait_files(
+        [
+            {"path": farm.sysfs("carrier"), "equals": "1"},
+            {"path": farm.sysfs("speed"), "equals": str(speed)},
+            {"path": farm.sysfs("duplex"), "equals": duplex},
+        ],
+        timeout=timeout,
+    )
+    if w["exit"] != 0:
+        raise CheckFailed(
+            f"{speed}/{duplex}: the guest shows {w['values']} after {timeout:.0f}s; "
+            f"emulator: {farm.phy_brief()}"
+        )
+    return time.monotonic() - t
+
+
+def check_model(farm, speed: int, duplex: str, autoneg: bool) -> None:
+    p = farm.emu.phy()["phy"]
+    medium = farm.emu.describe()["mac_registers"]["medium"]
+    bmcr = p["bmcr"]
+    got = {
+        "phy": (p["speed"], p["full_duplex"]),
+        "bmcr_speed100": bool(bmcr & BMCR_SPEED100),
+        "bmcr_full": bool(bmcr & BMCR_FULLDPLX),
+        "bmcr_aneg": bool(bmcr & BMCR_ANENABLE),
+        "medium_100": bool(medium & MEDIUM_PS),
+        "medium_full": bool(medium & MEDIUM_FD),
+    }
+    full = duplex == "full"
+    want = {
+        "phy": (speed, full),
+        "bmcr_speed100": speed == 100,
+        "bmcr_full": full,
+        "bmcr_aneg": autoneg,
+        "medium_100": speed == 100,
+        "medium_full": full,
+    }
+    assert got == want, (
+        f"{speed}/{duplex} autoneg {'on' if autoneg else 'off'}: emulator {got}, expected "
+        f"{want} (BMCR {bmcr:#06x}, medium {medium:#06x})"
+    )
+
+
+@pytest.mark.needs_ctl
+def test_speed_duplex(farm, variant, measure):
+    for speed, duplex in [(10, "half"), (10, "full"), (100, "half"), (100, "full")]:
+        farm.emu.ctl("partner", autoneg=False, modes=[f"{speed}{duplex}"])
+        r = farm.ethtool("-s", farm.dut, "autoneg", "off", "speed", str(speed), "duplex", duplex)
+        assert r.exit == 0, f"ethtool -s {speed}/{duplex}:\n{r.describe()}"
+        measure(f"settle_{speed}{duplex}", settle(farm, speed, duplex), "s")
+        es = farm.ethtool_settings()
+        assert (es.get("Speed"), es.get("Duplex"), es.get("Auto-negotiation")) == (
+            f"{speed}Mb/s",
+            duplex.capitalize(),
+            "off",
+        ), f"ethtool {farm.dut}: {es}"
+        check_model(farm, speed, duplex, autoneg=False)
+        t = farm.ping_until(5)
+        assert t is not None, f"no traffic at {speed}/{duplex}; emulator: {farm.phy_brief()}"
+        sent, recv = farm.ping(count=3)
+        assert recv == sent == 3, f"{speed}/{duplex}: {recv}/{sent} ping replies"
+
+    farm.emu.ctl("partner", autoneg=True, modes=ALL_MODES)
+    r = farm.ethtool("-s", farm.dut, "autoneg", "on")
+    assert r.exit == 0, f"ethtool -s autoneg on:\n{r.describe()}"
+    measure("settle_autoneg", settle(farm, 100, "full"), "s")
+    check_model(farm, 100, "full", autoneg=True)
+    assert farm.ping_until(5) is not None, "no traffic after autoneg came back"

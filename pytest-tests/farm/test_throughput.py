@@ -1,0 +1,65 @@
+"""throughput: iperf3 TCP in both directions and UDP at a fixed rate, from the
+AX88772A interface to the partner NIC in its own network namespace. Judged
+against the modelled line rate (the speed the link negotiated), never against
+a fixed number; every figure is recorded with the accelerator that ran."""
+
+from __future__ import annotations
+
+from phyfarm_farm.errors import CheckFailed
+from phyfarm_farm.farm import TCP_GOODPUT_RATIO
+
+SECONDS = 5
+#: Below this share of the modelled TCP goodput the link is broken (stalls,
+#: retransmission storms), whatever the accelerator and the host's load: one
+#: TCG vCPU both sends and receives here, so healthy runs range 0.3-0.8.
+FLOOR = 0.10
+#: Above the modelled maximum (plus measurement slack) the pacing or the
+#: reported speed is wrong.
+CEILING = 1.03
+#: UDP is offered at this share of the line rate.
+UDP_SHARE = 0.5
+#: Loss above this is a broken path; below it, loss on a one-vCPU TCG guest is
+#: the receiver falling behind, recorded, not judged.
+UDP_MAX_LOSS = 50.0  # percent
+
+
+def mbps(bits_per_second: float) -> float:
+    return bits_per_second / 1e6
+
+
+def test_throughput(farm, variant, measure):
+    farm.start_iperf_server()
+    speed = int(farm.link_state()["speed"])
+    line = float(speed)
+    tcp_max = line * TCP_GOODPUT_RATIO
+    extra = {"accel": farm.accel, "line_rate_mbps": line}
+    problems = []
+
+    for name, reverse in (("tcp_tx", False), ("tcp_rx", True)):
+        d = farm.iperf(seconds=SECONDS, reverse=reverse)
+        rate = mbps(d["end"]["sum_received"]["bits_per_second"])
+        measure(name, rate, "Mbit/s", ratio_to_line=rate / tcp_max, **extra)
+        retr = d["end"].get("sum_sent", {}).get("retransmits")
+        if retr is not None:
+            measure(f"{name}_retransmits", retr, "segments")
+        if rate < FLOOR * tcp_max:
+            problems.append(
+                f"{name} {rate:.1f} Mbit/s is below {FLOOR:.0%} of the {tcp_max:.1f} Mbit/s "
+                f"TCP goodput of a {speed} Mbit/s link ({farm.accel})"
+            )
+        if rate > CEILING * tcp_max:
+            problems.append(
+                f"{name} {rate:.1f} Mbit/s exceeds what a {speed} Mbit/s link carries "
+                f"({tcp_max:.1f} Mbit/s TCP goodput): pacing or speed is wrong"
+            )
+
+    offered = line * UDP_SHARE
+    d = farm.iperf("-w", "2M", seconds=SECONDS, udp_rate=f"{offered:.0f}M")
+    s = d["end"].get("sum_received") or d["end"]["sum"]
+    rate, loss = mbps(s["bits_per_second"]), float(s.get("lost_percent", 0.0))
+    measure("udp", rate, "Mbit/s", offered_mbps=offered, **extra)
+    measure("udp_loss", loss, "%")
+    if loss > UDP_MAX_LOSS:
+        problems.append(f"UDP at {offered:.0f} Mbit/s lost {loss:.2f}% (> {UDP_MAX_LOSS}%)")
+    if problems:
+        raise CheckFailed("; ".join(problems) + f"; emulator: {farm.phy_brief()}")

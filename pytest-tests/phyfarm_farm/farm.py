@@ -1,0 +1,221 @@
+"""A guest with its adapter (emulated or forwarded) and its link partner,
+set up for the checks: the AX88772A interface ("dut") at DUT_IP, the
+partner virtio NIC in its own network namespace at PARTNER_IP."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass, field
+
+from .emulator import Emulator
+from .errors import AgentError, CheckFailed, HarnessError
+from .guest import Guest
+
+IP = "/usr/bin/ip"  # iproute2; busybox's sh would run its own `ip` applet
+ETHTOOL = "/usr/sbin/ethtool"
+IPERF3 = "/usr/bin/iperf3"
+NETNS = "partner"
+DUT_IP = "10.77.0.1"
+PARTNER_IP = "10.77.0.2"
+#: 100BASE-TX TCP goodput with 1500-byte frames and timestamps (1448/1538).
+TCP_GOODPUT_RATIO = 1448 / 1538
+
+
+@dataclass
+class Farm:
+    guest: Guest
+    emu: Emulator | None
+    variant: str
+    accel: str
+    dut: str = ""
+    partner: str = ""
+    notes: dict = field(default_factory=dict)
+
+    # -- set-up --------------------------------------------------------------
+    def find_interfaces(self, timeout: float = 30.0) -> None:
+        """Wait for the asix interface to register; find the partner NIC."""
+        script = f"""
+end=$(( $(cut -d. -f1 /proc/uptime) + {int(timeout)} ))
+while :; do
+  dut=; partner=
+  for n in /sys/class/net/*; do
+    d=$(readlink "$n/device/driver" 2>/dev/null); d=${{d##*/}}
+    [ "$d" = asix ] && dut=${{n##*/}}
+    [ "$d" = virtio_net ] && partner=${{n##*/}}
+  done
+  [ -n "$dut" ] && [ -n "$partner" ] && break
+  [ "$(cut -d. -f1 /proc/uptime)" -ge "$end" ] && break
+  usleep 20000
+done
+echo "dut=$dut partner=$partner"
+"""
+        r = self.guest.sh(script, timeout=timeout + 10)
+        kv = dict(x.split("=", 1) for x in r.stdout.split())
+        self.dut, self.partner = kv.get("dut", ""), kv.get("partner", "")
+        if not self.partner:
+            raise HarnessError(f"the guest has no virtio partner NIC: {r.describe()}")
+        if not self.dut:
+            usb = self.guest.sh(
+                "cat /sys/bus/usb/devices/*/idVendor /sys/bus/usb/devices/*/idProduct"
+            )
+            raise CheckFailed(
+                f"no network interface bound to asix within {timeout:.0f}s "
+                f"(USB ids seen: {usb.stdout.split()}); console: {self.guest.console}"
+            )
+
+    def setup_network(self, carrier_timeout: float = 20.0) -> float:
+        """Partner into its netns, addresses, links up; returns seconds to carrier."""
+        p, d = self.partner, self.dut
+        script = f"""set -e
+{IP} netns add {NETNS}
+{IP} link set {p} netns {NETNS}
+{IP} -n {NETNS} link set lo up
+{IP} -n {NETNS} addr add {PARTNER_IP}/24 dev {p}
+{IP} -n {NETNS} link set {p} up
+{IP} addr add {DUT_IP}/24 dev {d}
+{IP} link set {d} up
+"""
+        r = self.guest.sh(script, timeout=30)
+        if r.exit != 0:
+            raise HarnessError(f"network set-up failed: {r.describe()}")
+        t = time.monotonic()
+        w = self.wait_carrier(True, carrier_timeout)
+        if w["exit"] != 0:
+            raise CheckFailed(
+                f"{d}: no carrier within {carrier_timeout:.0f}s of ifup "
+                f"(emulator PHY: {self.phy_brief()})"
+            )
+        return time.monotonic() - t
+
+    def start_iperf_server(self) -> None:
+        # Room for UDP bursts on a one-CPU guest that both sends and receives.
+        self.guest.run(
+            ["sysctl", "-w", "net.core.rmem_max=4194304", "net.core.wmem_max=4194304"], timeout=10
+        )
+        r = self.guest.run(
+            [IP, "netns", "exec", NETNS, IPERF3, "-s", "-D", "-B", PARTNER_IP], timeout=20
+        )
+        if r.exit != 0:
+            raise HarnessError(f"iperf3 server did not start: {r.describe()}")
+        # The daemon needs a moment to listen.
+        for _ in range(50):
+            s = self.guest.run([IP, "netns", "exec", NETNS, "cat", "/proc/net/tcp"], timeout=10)
+            if ":1451 " in s.stdout:  # port 5201
+                return
+            time.sleep(0.1)
+        raise HarnessError("iperf3 server never listened on port 5201")
+
+    # -- observation ---------------------------------------------------------
+    def sysfs(self, what: str) -> str:
+        return f"/sys/class/net/{self.dut}/{what}"
+
+    def wait_carrier(self, up: bool, timeout: float) -> dict:
+        return self.guest.wait_files(
+            [{"path": self.sysfs("carrier"), "equals": "1" if up else "0"}],
+            timeout=timeout,
+            read=[self.sysfs("operstate"), self.sysfs("speed"), self.sysfs("duplex")],
+        )
+
+    def link_state(self) -> dict:
+        names = [
+            "carrier",
+            "operstate",
+            "speed",
+            "duplex",
+            "carrier_up_count",
+            "carrier_down_count",
+        ]
+        r = self.guest.sh("; ".join(f"echo {n}=$(cat {self.sysfs(n)} 2>/dev/null)" for n in names))
+        return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+    def ethtool(self, *args: str, timeout: float = 20):
+        return self.guest.run([ETHTOOL, *args], timeout=timeout)
+
+    def ethtool_settings(self) -> dict:
+        """`ethtool DEV` as a dict of its "Key: value" lines."""
+        r = self.ethtool(self.dut)
+        out = {}
+        for line in r.stdout.splitlines():
+            if ":" in line and line.startswith("\t") and not line.startswith("\t\t"):
+                k, v = line.strip().split(":", 1)
+                out[k.strip()] = v.strip()
+        return out
+
+    def phy_brief(self) -> str:
+        if self.emu is None:
+            return "n/a (forwarded adapter)"
+        try:
+            p = self.emu.phy()["phy"]
+        except HarnessError as e:
+            return f"unavailable ({e})"
+        return (
+            f"state={p['state']} link={p['link']} speed={p['speed']} full={p['full_duplex']} "
+            f"bmcr={p['bmcr']:#06x} bmsr={p['bmsr']:#06x} lpa={p['lpa']:#06x}"
+        )
+
+    def ping(self, count: int = 3, timeout: float = 10, interval: float = 0.2) -> tuple[int, int]:
+        """(sent, received) from the DUT to the partner."""
+        r = self.guest.run(
+            [
+                "ping",
+                "-c",
+                str(count),
+                "-i",
+                str(interval),
+                "-W",
+                "1",
+                "-w",
+                str(int(timeout)),
+                PARTNER_IP,
+            ],
+            timeout=timeout + 5,
+        )
+        sent = recv = 0
+        for line in r.stdout.splitlines():
+            if "packets transmitted" in line:
+                parts = line.split(",")
+                sent = int(parts[0].split()[0])
+                recv = int(parts[1].split()[0])
+        return sent, recv
+
+    def ping_until(self, timeout: float) -> float | None:
+        """Seconds until one ping crosses the wire, or None."""
+        t = time.monotonic()
+        while time.monotonic() - t < timeout:
+            _, recv = self.ping(count=1, timeout=1, interval=0.2)
+            if recv:
+                return time.monotonic() - t
+        return None
+
+    def iperf(
+        self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""
+    ) -> dict:
+        argv = [IPERF3, "-c", PARTNER_IP, "-J", "-t", str(seconds), *args]
+        if reverse:
+            argv.append("-R")
+        if udp_rate:
+            argv += ["-u", "-b", udp_rate]
+        for attempt in range(3):
+            r = self.guest.run(argv, timeout=seconds + 30, max_output=8 << 20)
+            try:
+                data = json.loads(r.stdout)
+            except ValueError:
+                raise AgentError(f"iperf3 printed no JSON: {r.describe()}") from None
+            # The one-test-at-a-time server may still be closing the last test.
+            busy = ("server is busy", "control message", "Connection reset")
+            if "error" in data and any(b in data["error"] for b in busy) and attempt < 2:
+                time.sleep(1.0)
+                continue
+            break
+        if "error" in data:
+            raise CheckFailed(
+                f"iperf3 {' '.join(shlex.quote(a) for a in argv[1:])}: {data['error']}"
+            )
+        return data
+
+    def mdio(self) -> tuple[dict, dict]:
+        assert self.emu is not None
+        p = self.emu.phy()["phy"]
+        return p["mdio_reads"], p["mdio_writes"]

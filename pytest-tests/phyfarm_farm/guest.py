@@ -1,0 +1,261 @@
+"""One QEMU guest booted from the farm initramfs, reached through its agent."""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .agent import Agent, CmdResult
+from .errors import AgentError, GuestDied, GuestTimeout, KernelFailure, SetupError
+from .procs import Proc
+
+AGENT_PORT = "org.phyfarm.agent"
+
+#: Console lines that mean the kernel reported a problem, and what to call it.
+SPLATS = [
+    (re.compile(r"Kernel panic - not syncing"), "panicked"),
+    (re.compile(r"\bBUG: "), "hit a BUG"),
+    (re.compile(r"\bOops\b|general protection fault"), "oopsed"),
+    (re.compile(r"WARNING: possible (circular|recursive) locking|lockdep"), "reported lockdep"),
+    (re.compile(r"refcount_t: "), "reported a refcount error"),
+    (re.compile(r"\bWARNING: (CPU: |at )"), "warned"),
+    (re.compile(r"UBSAN: |KASAN: "), "reported undefined behaviour"),
+    (re.compile(r"rust_kernel: panicked|panicked at "), "hit a Rust panic"),
+]
+
+
+@dataclass
+class Splat:
+    what: str
+    line_no: int
+    excerpt: str
+
+
+def find_splats(text: str) -> list[Splat]:
+    """Every kernel problem report in a console log, with ~40 lines of context."""
+    lines = text.splitlines()
+    out: list[Splat] = []
+    skip_until = -1
+    for i, line in enumerate(lines):
+        if i <= skip_until:
+            continue
+        for rx, what in SPLATS:
+            if rx.search(line):
+                start = i
+                if i > 0 and "cut here" in lines[i - 1]:
+                    start = i - 1
+                end = i + 1
+                while end < len(lines) and end < i + 60:
+                    if "end trace" in lines[end] or "end Kernel panic" in lines[end]:
+                        end += 1
+                        break
+                    end += 1
+                out.append(Splat(what, i + 1, "\n".join(lines[start:end])))
+                skip_until = end - 1
+                break
+    return out
+
+
+@functools.cache
+def qemu_version(binary: str = "qemu-system-x86_64") -> tuple[int, int]:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    except OSError as e:
+        raise SetupError(f"{binary} is not installed (apt-get install qemu-system-x86)") from e
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def reconnect_option(version: tuple[int, int]) -> str:
+    """QEMU before 9.2 spells the chardev client retry `reconnect=SECS`."""
+    return "reconnect-ms=1000" if version >= (9, 2) else "reconnect=1"
+
+
+@dataclass
+class GuestConfig:
+    kernel: Path
+    initrd: Path
+    accel: str
+    memory_mb: int = 256
+    timeout: float = 120.0
+    append: str = ""
+    #: ("unix", path) for the emulator, ("tcp", host, port) for usbredirect, or None.
+    usb: tuple | None = None
+    #: (qemu local, emulator) dgram socket paths for the partner NIC, or None.
+    wire: tuple[Path, Path] | None = None
+
+
+def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
+    accel = ["-accel", "kvm", "-cpu", "host"] if cfg.accel == "kvm" else ["-accel", "tcg"]
+    append = f"console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable {cfg.append}".strip()
+    v = [
+        "qemu-system-x86_64",
+        *accel,
+        "-M",
+        "pc",
+        "-m",
+        str(cfg.memory_mb),
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        str(cfg.kernel),
+        "-initrd",
+        str(cfg.initrd),
+        "-append",
+        append,
+        "-chardev",
+        f"file,id=con,path={console}",
+        "-serial",
+        "chardev:con",
+        "-device",
+        "virtio-serial-pci",
+        "-chardev",
+        f"socket,id=agent,path={agent_sock},server=on,wait=off",
+        "-device",
+        f"virtserialport,chardev=agent,name={AGENT_PORT}",
+    ]
+    if cfg.usb is not None:
+        rc = reconnect_option(qemu_version())
+        if cfg.usb[0] == "unix":
+            chardev = f"socket,id=ur0,path={cfg.usb[1]},{rc}"
+        else:
+            chardev = f"socket,id=ur0,host={cfg.usb[1]},port={cfg.usb[2]},{rc}"
+        v += [
+            "-device",
+            "qemu-xhci,id=xhci",
+            "-chardev",
+            chardev,
+            "-device",
+            "usb-redir,chardev=ur0,bus=xhci.0",
+        ]
+    if cfg.wire is not None:
+        local, remote = cfg.wire
+        v += [
+            "-netdev",
+            f"dgram,id=n0,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}",
+            "-device",
+            "virtio-net-pci,netdev=n0",
+        ]
+    return v
+
+
+class Guest:
+    def __init__(self, cfg: GuestConfig, sockdir: Path, logdir: Path) -> None:
+        self.cfg = cfg
+        self.console = logdir / "console.log"
+        self.agent_sock = sockdir / "agent.sock"
+        self.logdir = logdir
+        self.argv = qemu_argv(cfg, self.console, self.agent_sock)
+        self.proc: Proc | None = None
+        self.agent: Agent | None = None
+        self.boot_seconds: float | None = None
+        self.started: float | None = None
+
+    # -- life cycle ----------------------------------------------------------
+    def start(self) -> None:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        (self.logdir / "qemu.cmd").write_text(" ".join(self.argv) + "\n")
+        self.started = time.monotonic()
+        self.proc = Proc("qemu", self.argv, self.logdir / "qemu.log")
+        self.agent = Agent(self.agent_sock, self.dead)
+        try:
+            self.agent.connect(time.monotonic() + 30)
+            hello = self.agent.wait_ready(self.cfg.timeout)
+        except (AgentError, GuestTimeout) as e:
+            raise self._explain(e) from e
+        assert self.agent.ready_at is not None
+        self.boot_seconds = self.agent.ready_at - self.started
+        self.hello = hello
+
+    def dead(self) -> str | None:
+        if self.proc is None or self.proc.alive():
+            return None
+        return f"QEMU exited with {self.proc.returncode()}: {self.proc.tail(5)}".strip()
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+        if self.proc is not None:
+            self.proc.stop(grace=1.0)
+
+    # -- console -------------------------------------------------------------
+    def console_text(self) -> str:
+        try:
+            return self.console.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def splats(self) -> list[Splat]:
+        return find_splats(self.console_text())
+
+    def _explain(self, e: Exception) -> Exception:
+        """A harness error while the kernel reported a problem is the kernel's fault."""
+        s = self.splats()
+        if s:
+            return KernelFailure(s[0].what, s[0].excerpt, str(self.console))
+        if isinstance(e, GuestTimeout) or self.dead() is None:
+            return e
+        return GuestDied(f"{e} (console: {self.console})")
+
+    # -- commands ------------------------------------------------------------
+    def run(self, argv: list[str], timeout: float | None = None, **kw) -> CmdResult:
+        assert self.agent is not None
+        t = min(timeout or self.cfg.timeout, self.cfg.timeout)
+        try:
+            return self.agent.run(argv, timeout=t, **kw)
+        except (AgentError, GuestTimeout) as e:
+            raise self._explain(e) from e
+
+    def sh(self, script: str, timeout: float | None = None) -> CmdResult:
+        return self.run(["sh", "-c", script], timeout=timeout)
+
+    def check(self, argv: list[str], timeout: float | None = None) -> CmdResult:
+        """Run; a non-zero exit here is the harness's problem (setup commands)."""
+        r = self.run(argv, timeout=timeout)
+        if r.exit != 0:
+            raise AgentError(f"guest setup command failed: {r.describe()}")
+        return r
+
+    def submit(self, request: dict):
+        assert self.agent is not None
+        try:
+            return self.agent.submit(request)
+        except (AgentError, GuestTimeout) as e:
+            raise self._explain(e) from e
+
+    def result(self, pending, timeout: float) -> dict:
+        assert self.agent is not None
+        try:
+            return self.agent.result(pending, timeout)
+        except (AgentError, GuestTimeout) as e:
+            raise self._explain(e) from e
+
+    def wait_files(
+        self,
+        conditions: list[dict],
+        timeout: float = 10.0,
+        read: list[str] | None = None,
+        interval_ms: int = 5,
+    ) -> dict:
+        req = {
+            "wait": {
+                "all": conditions,
+                "timeout": timeout,
+                "interval_ms": interval_ms,
+                "read": read or [],
+            }
+        }
+        return self.result(self.submit(req), timeout)
+
+    def read(self, path: str) -> str:
+        r = self.run(["cat", path], timeout=10)
+        return r.stdout.strip() if r.exit == 0 else ""

@@ -1,0 +1,589 @@
+"""pytest plugin of the phyfarm test farm.
+
+Options (group "phyfarm farm"): --artifacts/--kernel, --variant, --accel,
+--device, --guest-timeout, --flaps, --results-dir, --guest-image,
+--emulator, --kunit-kernel, --noise-band. Fixtures: `farm` boots one guest
+with one emulated adapter for one test and always tears both down;
+`farm_env` holds what a worker shares (kernels, guest image, emulator,
+accelerator); `measure` records a measurement with its unit. Every farm test
+gets a KCIDB status (PASS/FAIL/ERROR/MISS/SKIP) in <results-dir>/results.json,
+its console, emulator log and wire pcap in <results-dir>/logs/<test>/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from . import procs
+from .emulator import Emulator
+from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
+from .farm import Farm
+from .guest import Guest, GuestConfig
+from .results import Collector, classify, differential, message
+
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = ("rust", "c")
+FARM_DIR = Path(__file__).resolve().parents[1] / "farm"
+
+
+def cache_dir() -> Path:
+    if os.environ.get("PHYFARM_CACHE"):
+        return Path(os.environ["PHYFARM_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "phyfarm"
+
+
+# -- options and markers -----------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("phyfarm farm", "phyfarm test farm (pytest-tests/farm)")
+    g.addoption(
+        "--artifacts",
+        metavar="DIR",
+        help="a `phyfarm build` output: DIR/bzImage + metadata.json, or DIR/<variant>/bzImage "
+        "[default: <cache>/out/<variant>, built with `phyfarm build` if missing]",
+    )
+    g.addoption("--kernel", metavar="PATH", help="one kernel image instead of --artifacts")
+    g.addoption(
+        "--variant",
+        choices=VARIANTS,
+        action="append",
+        help="only this variant (repeatable) [default: every variant found]",
+    )
+    g.addoption("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="accelerator")
+    g.addoption(
+        "--device",
+        default="emulated",
+        metavar="emulated|forwarded:HOST:PORT",
+        help="the adapter: ax88772-emu, or a real one forwarded by usbredirect",
+    )
+    g.addoption(
+        "--guest-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECS",
+        help="longest a guest may take for one step (boot, a command) before ERROR",
+    )
+    g.addoption("--flaps", type=int, default=20, metavar="N", help="link flaps per flap check")
+    g.addoption(
+        "--results-dir", metavar="DIR", help="results.json and logs [default: beside --junitxml]"
+    )
+    g.addoption("--guest-image", metavar="PATH", help="a prebuilt `phyfarm guest image`")
+    g.addoption("--emulator", metavar="PATH", help="the ax88772-emu binary [default: built]")
+    g.addoption(
+        "--kunit-kernel",
+        metavar="PATH",
+        help="kernel built with -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y "
+        "[default: <cache>/out/rust-kunit/bzImage]",
+    )
+    g.addoption(
+        "--noise-band",
+        type=float,
+        default=0.5,
+        metavar="FRACTION",
+        help="rust/c throughput ratio beyond 1±this is a differential FAIL",
+    )
+
+
+MARKERS = [
+    "farm: a check that boots a guest with the AX88772A (set on every test in pytest-tests/farm)",
+    "needs_ctl: needs the emulator's control socket (SKIP with a forwarded adapter)",
+    "emulator(*args): extra ax88772-emu arguments for this test's emulator",
+    "no_network: boot without bringing the interfaces up",
+    "single_variant: run once, on the first variant, not per variant",
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for m in MARKERS:
+        config.addinivalue_line("markers", m)
+    procs.install_sigterm_handler()
+    config._phyfarm_results_dir = _results_dir(config)  # type: ignore[attr-defined]
+    if not hasattr(config, "workerinput"):
+        config._phyfarm_collector = Collector(  # type: ignore[attr-defined]
+            config._phyfarm_results_dir,  # type: ignore[attr-defined]
+            {
+                "host": platform.node(),
+                "python": platform.python_version(),
+                "pytest": pytest.__version__,
+            },
+        )
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(), "phyfarm-xdist")
+
+
+class _XdistHooks:
+    @pytest.hookimpl
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput["phyfarm_results_dir"] = str(node.config._phyfarm_results_dir)
+
+
+def _results_dir(config: pytest.Config) -> Path:
+    wi = getattr(config, "workerinput", None)
+    if wi and "phyfarm_results_dir" in wi:
+        return Path(wi["phyfarm_results_dir"])
+    if config.getoption("--results-dir"):
+        return Path(config.getoption("--results-dir")).resolve()
+    junit = config.getoption("xmlpath", None)
+    if junit:
+        return Path(junit).resolve().parent
+    return cache_dir() / "runs" / time.strftime("farm-%Y%m%dT%H%M%S")
+
+
+def selected_variants(config: pytest.Config) -> list[str]:
+    """The variants a run covers, without building anything."""
+    want = config.getoption("--variant") or list(VARIANTS)
+    if config.getoption("--kernel"):
+        k = Path(config.getoption("--kernel"))
+        v = _variant_of(k.parent) or want[0]
+        return [v]
+    art = config.getoption("--artifacts")
+    if art:
+        d = Path(art)
+        if (d / "bzImage").is_file():
+            return [_variant_of(d) or want[0]]
+        found = [v for v in want if (d / v / "bzImage").is_file()]
+        return found or want
+    return want
+
+
+def _variant_of(d: Path) -> str | None:
+    try:
+        v = json.loads((d / "metadata.json").read_text()).get("variant")
+    except (OSError, ValueError):
+        return None
+    return v if v in VARIANTS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if FARM_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.farm)
+    dev = config.getoption("--device")
+    if dev != "emulated":
+        skip = pytest.mark.skip(reason=f"needs the emulator's control socket; --device {dev}")
+        for item in items:
+            if item.get_closest_marker("needs_ctl"):
+                item.add_marker(skip)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Tests that parametrize `variant` themselves keep their own values.
+    own = any(
+        m.args and m.args[0] == "variant" for m in metafunc.definition.iter_markers("parametrize")
+    )
+    if "variant" in metafunc.fixturenames and not own:
+        vs = selected_variants(metafunc.config)
+        if metafunc.definition.get_closest_marker("single_variant"):
+            vs = vs[:1]
+        metafunc.parametrize("variant", vs)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"phyfarm farm: variants {', '.join(selected_variants(config))}; "
+        f"accel {config.getoption('--accel')}; device {config.getoption('--device')}; "
+        f"results {config._phyfarm_results_dir}"  # type: ignore[attr-defined]
+    ]
+
+
+# -- statuses ------------------------------------------------------------------
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A kernel splat on the console during a check fails that check."""
+    farm: Farm | None = getattr(item, "_phyfarm_farm", None)
+    try:
+        result = yield
+    except HarnessError as e:
+        if farm is not None:
+            s = farm.guest.splats()
+            if s:
+                raise KernelFailure(s[0].what, s[0].excerpt, str(farm.guest.console)) from e
+        raise
+    if farm is not None:
+        s = farm.guest.splats()
+        if s:
+            raise KernelFailure(s[0].what, s[0].excerpt, str(farm.guest.console))
+    return result
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if not item.get_closest_marker("farm"):
+        return
+    if rep.skipped:
+        status = "SKIP"
+        msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    elif rep.failed:
+        status = classify(call.excinfo, rep.when)
+        msg = f"{status} in {rep.when}: {message(call.excinfo)}"
+        farm = getattr(item, "_phyfarm_farm", None)
+        if farm is not None:
+            msg += f"\nconsole: {farm.guest.console}"
+    else:
+        status, msg = "PASS", ""
+    rep.phyfarm = {"status": status, "message": msg}
+
+
+def pytest_runtest_logreport(report) -> None:
+    collector = getattr(_config(), "_phyfarm_collector", None)
+    if collector is not None:
+        collector.add(report)
+
+
+_CONFIG: list[pytest.Config] = []
+
+
+def _config() -> pytest.Config | None:
+    return _CONFIG[0] if _CONFIG else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG[:] = [session.config]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    procs.kill_all()
+    collector: Collector | None = getattr(session.config, "_phyfarm_collector", None)
+    if collector is None or not collector.tests:
+        return
+    env_file = collector.results_dir / "environment.json"
+    with contextlib.suppress(OSError, ValueError):
+        collector.environment.update(json.loads(env_file.read_text()))
+    recs = collector.records()
+    diff = differential(recs, session.config.getoption("--noise-band"))
+    doc = collector.write(diff)
+    session.config._phyfarm_doc = doc  # type: ignore[attr-defined]
+    if any(d["status"] == "FAIL" for d in diff) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    doc = getattr(config, "_phyfarm_doc", None)
+    if not doc:
+        return
+    tr = terminalreporter
+    tr.section("phyfarm farm results")
+    for t in doc["tests"]:
+        ms = ", ".join(f"{m['name']}={m['value']:.3g} {m['unit']}" for m in t["measurements"][:4])
+        first = (t["message"].splitlines() or [""])[0][:120]
+        tr.write_line(
+            f"{t['status']:5} {t['id']:45} {t['variant'] or '-':4} {t['duration']:6.1f}s  "
+            f"{ms if t['status'] == 'PASS' else first}"
+        )
+    tr.write_line(f"counts: {doc['counts']}; results: {config._phyfarm_results_dir}/results.json")
+
+
+# -- shared set-up (one per xdist worker) ---------------------------------------
+@contextlib.contextmanager
+def _locked(name: str):
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run(argv: list[str], what: str, timeout: float = 3600) -> str:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SetupError(f"{what}: {e}") from e
+    if p.returncode != 0:
+        raise SetupError(f"{what} failed ({p.returncode}): {' '.join(argv)}\n{p.stderr[-3000:]}")
+    return p.stdout
+
+
+@dataclass
+class FarmEnv:
+    config: pytest.Config
+    results_dir: Path
+    phyfarm: Path
+    emulator: Path | None
+    guest_image: Path
+    accel: str
+    accel_reason: str
+    device: str
+    timeout: float
+    kernels: dict = field(default_factory=dict)
+
+    def kernel(self, variant: str) -> Path:
+        if variant not in self.kernels:
+            self.kernels[variant] = _find_or_build_kernel(self, variant)
+        return self.kernels[variant]
+
+
+def _find_or_build_kernel(env: FarmEnv, variant: str) -> Path:
+    cfg = env.config
+    if cfg.getoption("--kernel"):
+        k = Path(cfg.getoption("--kernel"))
+        if not k.is_file():
+            raise MissingKernel(f"--kernel {k} does not exist")
+        return k.resolve()
+    art = cfg.getoption("--artifacts")
+    if art:
+        d = Path(art)
+        for k in (d / "bzImage", d / variant / "bzImage"):
+            if k.is_file() and (k.parent != d or (_variant_of(d) or variant) == variant):
+                return k.resolve()
+        raise MissingKernel(
+            f"no {variant} kernel in --artifacts {d} (bzImage or {variant}/bzImage)"
+        )
+    out = cache_dir() / "out" / variant
+    with _locked("kernel-build"):
+        meta = _read_json(out / "metadata.json")
+        if not (out / "bzImage").is_file() or meta.get("status") != "PASS":
+            _run(
+                [str(env.phyfarm), "build", "--variant", variant],
+                f"phyfarm build --variant {variant}",
+            )
+    if not (out / "bzImage").is_file():
+        raise MissingKernel(f"phyfarm build --variant {variant} left no {out}/bzImage")
+    return (out / "bzImage").resolve()
+
+
+def _read_json(p: Path) -> dict:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _cargo_build(args: list[str], what: str) -> None:
+    env = dict(os.environ)
+    env.setdefault("CARGO_BUILD_JOBS", "1")
+    try:
+        p = subprocess.run(
+            ["cargo", "build", "--quiet", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SetupError(f"cannot build {what}: {e}") from e
+    if p.returncode != 0:
+        raise SetupError(f"cannot build {what}:\n{p.stderr[-3000:]}")
+
+
+def _resolve_accel(want: str, phyfarm: Path, kernel_hint) -> tuple[str, str]:
+    if want != "auto":
+        return want, "requested"
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR)
+        os.close(fd)
+    except OSError as e:
+        return "tcg", f"no usable KVM device (/dev/kvm: {e.strerror})"
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    probe = cache_dir() / "accel-probe.json"
+    rec = _read_json(probe)
+    if rec.get("boot_id") != boot_id:
+        # `phyfarm boot` probes KVM with a short boot and caches the answer.
+        with _locked("accel-probe"), tempfile.TemporaryDirectory() as d:
+            rec = _read_json(probe)
+            if rec.get("boot_id") != boot_id:
+                subprocess.run(
+                    [str(phyfarm), "boot", "--kernel", str(kernel_hint()), "-o", d],
+                    capture_output=True,
+                    cwd=REPO,
+                    timeout=300,
+                )
+                rec = _read_json(probe)
+    if rec.get("boot_id") != boot_id:
+        return "tcg", "KVM probe gave no answer"
+    return ("kvm" if rec.get("kvm_usable") else "tcg"), rec.get("reason", "")
+
+
+@pytest.fixture(scope="session")
+def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
+    cfg = request.config
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("qemu-system-x86_64 is not installed (bash containers/host-setup.sh)")
+    phyfarm = Path(os.environ.get("PHYFARM_BIN", REPO / "target/debug/phyfarm"))
+    with _locked("cargo"):
+        if not phyfarm.is_file():
+            _cargo_build(["-p", "phyfarm"], "phyfarm")
+        emu: Path | None = None
+        if cfg.getoption("--device") == "emulated":
+            emu = Path(cfg.getoption("--emulator") or REPO / "target/release/ax88772-emu")
+            if not cfg.getoption("--emulator"):
+                _cargo_build(["--release", "-p", "ax88772", "--bin", "ax88772-emu"], "ax88772-emu")
+        image = cfg.getoption("--guest-image")
+        if image is None:
+            out = _run([str(phyfarm), "guest", "image"], "phyfarm guest image", timeout=1800)
+            image = out.strip().splitlines()[-1]
+    results_dir: Path = cfg._phyfarm_results_dir  # type: ignore[attr-defined]
+    env = FarmEnv(
+        config=cfg,
+        results_dir=results_dir,
+        phyfarm=phyfarm,
+        emulator=emu,
+        guest_image=Path(image),
+        accel="",
+        accel_reason="",
+        device=cfg.getoption("--device"),
+        timeout=cfg.getoption("--guest-timeout"),
+    )
+    variants = selected_variants(cfg)
+    env.accel, env.accel_reason = _resolve_accel(
+        cfg.getoption("--accel"), phyfarm, lambda: env.kernel(variants[0])
+    )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    qv = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True)
+    envdoc = {
+        "accel": env.accel,
+        "accel_reason": env.accel_reason,
+        "qemu": qv.stdout.splitlines()[0] if qv.stdout else "",
+        "guest_image": str(env.guest_image),
+        "device": env.device,
+        "emulator": str(emu) if emu else None,
+        "flaps": cfg.getoption("--flaps"),
+        "guest_timeout": env.timeout,
+        "command": " ".join(sys.argv),
+    }
+    tmp = results_dir / f".environment.{os.getpid()}"
+    tmp.write_text(json.dumps(envdoc, indent=2))
+    tmp.replace(results_dir / "environment.json")
+    return env
+
+
+@pytest.fixture
+def measure(request: pytest.FixtureRequest):
+    """measure(name, value, unit): a measurement of this check, kept in results.json."""
+
+    def record(name: str, value: float, unit: str, **extra) -> None:
+        m = {"name": name, "value": float(value), "unit": unit, **extra}
+        request.node.user_properties.append(("measurement", json.dumps(m)))
+
+    return record
+
+
+def _safe(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-\[\]]+", "_", nodeid.replace("::", "__"))[-150:]
+
+
+@dataclass
+class BootSpec:
+    """What a test may change about its guest before it boots."""
+
+    kernel: Path | None = None
+    append: str = ""
+    emulator_args: list[str] = field(default_factory=list)
+    network: bool = True
+    usb: bool = True
+
+
+def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: BootSpec):
+    """Start the emulator and QEMU; returns (farm, cleanup). Cleanup always runs."""
+    item = request.node
+    logdir = env.results_dir / "logs" / _safe(item.nodeid)
+    if logdir.exists():
+        shutil.rmtree(logdir, ignore_errors=True)
+    logdir.mkdir(parents=True)
+    sockdir = Path(tempfile.mkdtemp(prefix="phyfarm-", dir="/tmp"))
+    started: list = []
+    emu: Emulator | None = None
+    guest: Guest | None = None
+
+    def cleanup() -> None:
+        if emu is not None:
+            with contextlib.suppress(Exception):
+                snap = {"phy": emu.phy().get("phy"), "counters": emu.counters()}
+                (logdir / "emulator-final.json").write_text(json.dumps(snap, indent=2))
+            with contextlib.suppress(Exception):
+                emu.ctl("pcap", action="stop")
+        if guest is not None:
+            guest.stop()
+        if emu is not None:
+            emu.stop()
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+    request.addfinalizer(cleanup)
+    item.user_properties.append(("logs", json.dumps(str(logdir))))
+    item.user_properties.append(("accel", json.dumps(env.accel)))
+    kernel = spec.kernel or env.kernel(variant)
+    usb = wire = None
+    if env.device == "emulated" and spec.usb:
+        assert env.emulator is not None
+        emu = Emulator(env.emulator, sockdir, logdir, spec.emulator_args)
+        emu.start(timeout=30)
+        started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
+        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
+        usb = ("unix", emu.usb_sock)
+        wire = (emu.partner_wire, emu.emu_wire)
+    elif env.device.startswith("forwarded:"):
+        _, host, port = env.device.split(":", 2)
+        usb = ("tcp", host, port)
+        wire = (sockdir / "partner.sock", sockdir / "nobody.sock")
+    cfg = GuestConfig(
+        kernel=kernel,
+        initrd=env.guest_image,
+        accel=env.accel,
+        timeout=env.timeout,
+        append=spec.append,
+        usb=usb,
+        wire=wire,
+    )
+    guest = Guest(cfg, sockdir, logdir)
+    farm = Farm(guest=guest, emu=emu, variant=variant, accel=env.accel)
+    item._phyfarm_farm = farm
+    try:
+        guest.start()
+    finally:
+        if guest.proc is not None:
+            started.append({"name": "qemu", "pid": guest.proc.pid, "argv": guest.argv})
+        (logdir / "procs.json").write_text(json.dumps(started, indent=2))
+    item.user_properties.append(
+        (
+            "measurement",
+            json.dumps({"name": "boot_to_agent_ready", "value": guest.boot_seconds, "unit": "s"}),
+        )
+    )
+    if spec.usb and env.device != "none":
+        farm.find_interfaces(timeout=min(env.timeout, 60))
+    if spec.network and spec.usb:
+        t = farm.setup_network(carrier_timeout=min(env.timeout, 30))
+        item.user_properties.append(
+            ("measurement", json.dumps({"name": "ifup_to_carrier", "value": t, "unit": "s"}))
+        )
+    return farm
+
+
+@pytest.fixture
+def variant(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def farm(request: pytest.FixtureRequest, farm_env: FarmEnv, variant: str) -> Farm:
+    """One guest of `variant` with one adapter, for this test only."""
+    spec = BootSpec()
+    for m in request.node.iter_markers("emulator"):
+        spec.emulator_args += list(m.args)
+    if request.node.get_closest_marker("no_network"):
+        spec.network = False
+    return boot_farm(request, farm_env, variant, spec)
+
+
+@pytest.fixture
+def flaps(request: pytest.FixtureRequest) -> int:
+    return max(1, request.config.getoption("--flaps"))

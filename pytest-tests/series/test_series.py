@@ -1,0 +1,175 @@
+"""Series end to end through `phyfarm run`: ingest of the shipped revisions,
+v7's precise apply failure, v8 applied and built after every patch in both
+variants with the Rust gates and booted, both recorded in a results store with
+their verdicts, and the PHY_NEW fixture that the enum exhaustiveness check must
+catch."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO, read_json
+
+SERIES = REPO / "patches" / "rust-phy-enum-check"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def show(phyfarm, path: Path) -> dict:
+    r = phyfarm("series", "show", "--json", str(path))
+    assert r.code == 0, r.describe()
+    return json.loads(r.stdout)
+
+
+def test_show_v7_as_posted(phyfarm):
+    s = show(phyfarm, SERIES / "v7")
+    assert (s["version"], s["tree"]) == (7, "net-next")
+    assert [(p["index"], p["total"]) for p in s["patches"]] == [(3, 5), (4, 5)]
+    assert s["patches"][0]["author"] == "Miguel Ojeda"
+    assert s["patches"][1]["author"] == "FUJITA Tomonori"
+    assert all(re.fullmatch(r"[0-9a-f]{40}", p["patch_id"]) for p in s["patches"])
+    assert re.fullmatch(r"[0-9a-f]{64}", s["patchset_hash"])
+
+
+def test_show_v8_has_the_change_id_of_the_cover_letter(phyfarm):
+    s = show(phyfarm, SERIES / "v8")
+    assert (s["version"], s["tree"], len(s["patches"])) == (8, "net-next", 2)
+    assert s["change_id"] == "20231026-rust-phy-enum-check-fdb11bdd318a"
+    assert s["cover"]["subject"].startswith("rust: net::phy:")
+
+
+def test_not_a_patch_is_refused_with_its_name(phyfarm, tmp_path):
+    bad = tmp_path / "0001-notes.patch"
+    bad.write_text("just some notes\n")
+    r = phyfarm("series", "show", str(tmp_path))
+    assert r.code == 2, r.describe()
+    assert str(bad) in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("store") / "results.sqlite"
+
+
+@pytest.fixture(scope="module")
+def v7_build(phyfarm, podman, store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("v7")
+    return out, phyfarm("--store", str(store), "run", str(SERIES / "v7"), "-o", str(out))
+
+
+@pytest.mark.slow
+def test_v7_does_not_apply_and_says_where(v7_build):
+    out, r = v7_build
+    assert r.code == 1, r.describe()
+    b = read_json(out / "series-build.json")
+    assert b["status"] == "FAIL"
+    first = b["apply"][0]
+    assert first["state"] == "failed"
+    files = {h["file"] for h in first["rejected"]}
+    assert "rust/Makefile" in files, first
+    makefile = [h for h in first["rejected"] if h["file"] == "rust/Makefile"]
+    assert all(h["header"].startswith("@@ ") and h["text"] for h in makefile)
+    assert "rust/Makefile hunk #" in first["message"]
+    assert "DOES NOT APPLY" in r.stdout
+    # The MAINTAINERS entry is upstream (with one more F: line): already applied.
+    second = b["apply"][1]
+    assert second["state"] == "already-applied", second
+    assert [h["already_present"] for h in second["rejected"]] == [True]
+    # Nothing is built on a tree the series does not apply to.
+    assert b["builds"] == []
+    assert {g["status"] for g in b["gates"]} == {"SKIP"}
+    # Recorded, with the verdict printed: changes requested.
+    assert "rust-phy-enum-check/v7: changes-requested" in r.stdout, r.describe()
+    assert read_json(out / "results.json")["revision"]["version"] == 7
+
+
+@pytest.fixture(scope="module")
+def v8_build(phyfarm, podman, store, v7_build, tmp_path_factory):
+    out = tmp_path_factory.mktemp("v8")
+    return out, phyfarm(
+        "--store", str(store), "run", str(SERIES / "v8"), "-o", str(out), "--flaps", "5"
+    )
+
+
+@pytest.mark.slow
+def test_v8_applies_builds_every_patch_and_passes_the_gates(v8_build):
+    out, r = v8_build
+    assert r.code == 0, r.describe()
+    b = read_json(out / "series-build.json")
+    assert [a["state"] for a in b["apply"]] == ["applied", "already-applied"], b["apply"]
+    assert "reverse-applies" in b["apply"][1]["message"]
+    built = {(x["index"], x["variant"]): x["status"] for x in b["builds"]}
+    assert built == {
+        (1, "rust"): "PASS",
+        (1, "c"): "PASS",
+        (2, "rust"): "PASS",
+        (2, "c"): "PASS",
+    }
+    gates = {g["name"]: g["status"] for g in b["gates"]}
+    assert gates == {
+        "rustfmtcheck": "PASS",
+        "enum-check": "PASS",
+        "clippy": "PASS",
+        "rustdoc": "PASS",
+    }, b["gates"]
+    for v in ("rust", "c"):
+        assert (out / v / "bzImage").stat().st_size > 1_000_000
+        assert read_json(out / v / "metadata.json")["status"] == "PASS"
+        assert read_json(out / v / "boot" / "boot.json")["status"] == "PASS"
+        assert read_json(out / "base" / v / "boot" / "boot.json")["status"] == "PASS"
+    # The farm ran on the patched kernels and on the base, and was recorded.
+    rec = read_json(out / "results.json")
+    farm = {(t["path"], t["variant"]) for t in rec["tests"] if t["path"].startswith("farm.")}
+    assert ("farm.probe.probe", "rust") in farm and ("farm.probe.probe", "c") in farm, farm
+    assert any(m["name"].startswith("farm.throughput") for m in rec["measurements"]), rec
+    base = read_json(out / "results-base.json")
+    assert any(t["path"] == "farm.probe.probe" for t in base["tests"]), base["tests"]
+    # It passes against the base: awaiting review, with the three-day clock.
+    assert "rust-phy-enum-check/v8: awaiting-review" in r.stdout, r.describe()
+    assert "ready to merge at" in r.stdout
+
+
+@pytest.mark.slow
+def test_both_revisions_are_in_the_store(phyfarm, store, v7_build, v8_build):
+    r = phyfarm("--store", str(store), "verdict", "--json")
+    assert r.code in (0, 1), r.describe()
+    states = {
+        (x["revision"]["series"], x["revision"]["version"]): x["state"]
+        for x in json.loads(r.stdout)
+    }
+    # v8 supersedes v7 once it is recorded; v8 passes and awaits review.
+    assert states == {
+        ("rust-phy-enum-check", 7): "superseded",
+        ("rust-phy-enum-check", 8): "awaiting-review",
+    }, states
+
+
+@pytest.mark.slow
+def test_phy_new_state_fails_the_build_with_rustc_message(phyfarm, podman, v8_build, tmp_path):
+    # v8 plus a patch adding PHY_NEW to enum phy_state, renumbered as v9 n/3.
+    series = tmp_path / "v9"
+    series.mkdir()
+    for i, src in enumerate(sorted((SERIES / "v8").glob("000[12]-*.patch")), 1):
+        text = src.read_text()
+        text = re.sub(r"\[PATCH net-next v8 \d/2\]", f"[PATCH net-next v9 {i}/3]", text, count=1)
+        (series / src.name).write_text(text)
+    (series / "0003-net-phy-add-PHY_NEW.patch").write_text(
+        (FIXTURES / "phy-new-state.patch").read_text()
+    )
+    out = tmp_path / "out"
+    r = phyfarm("build", "--series", str(series), "--variant", "rust", "-o", str(out))
+    assert r.code == 1, r.describe()
+    b = read_json(out / "series-build.json")
+    assert b["status"] == "FAIL"
+    assert b["apply"][2]["state"] == "applied"
+    last = [x for x in b["builds"] if x["index"] == 3]
+    assert [x["status"] for x in last] == ["FAIL"], last
+    needle = "pattern `phy_state::PHY_NEW` not covered"
+    assert (
+        any(needle in line for line in last[0]["log_excerpt"])
+        or needle in Path(last[0]["log"]).read_text()
+    )
+    gate = {g["name"]: g for g in b["gates"]}["enum-check"]
+    assert gate["status"] == "FAIL" and needle in gate["message"], gate
