@@ -40,8 +40,12 @@ unit: setup
 	PHYFARM_TEST_POSTGRES="$$url" $(CARGO) test --workspace
 
 # The farm (pytest-tests/farm) boots guests: two at a time, in its own run.
+# The Rust KUnit doctests need a kernel of their own (a separate build tree).
+KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
+
 integration: setup phyfarm
 	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm
+	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
 	$(VENV)/bin/python -m pytest pytest-tests/farm -n 2
 
 # The farm on the default build outputs (<cache>/out/{rust,c}), with a summary table.

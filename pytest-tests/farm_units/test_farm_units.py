@@ -1,12 +1,15 @@
 """Unit tests of the farm plugin's pure parts: KTAP, console splats, KCIDB
-classification, check ids and the rust/c differential. No guest needed."""
+classification, check ids, the rust/c differential and QEMU command lines.
+No guest needed."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from phyfarm_farm import ktap
 from phyfarm_farm.errors import CheckFailed, GuestTimeout, KernelFailure, SetupError
-from phyfarm_farm.guest import find_splats, reconnect_option
+from phyfarm_farm.guest import GuestConfig, find_splats, qemu_argv, reconnect_option
 from phyfarm_farm.results import check_id, classify, differential
 
 KTAP = """\
@@ -111,3 +114,17 @@ def test_differential_flags_outcome_and_rate_beyond_the_band():
 def test_qemu_reconnect_option_by_version():
     assert reconnect_option((7, 2)) == "reconnect=1"
     assert reconnect_option((9, 2)) == "reconnect-ms=1000"
+
+
+def test_qemu_usb_net_is_wired_back_to_back_with_the_partner_nic(tmp_path):
+    a, b = tmp_path / "usbnet.sock", tmp_path / "partner.sock"
+    cfg = GuestConfig(
+        kernel=Path("bzImage"), initrd=Path("i"), accel="tcg", usb_net=(a, b), wire=(b, a)
+    )
+    argv = qemu_argv(cfg, tmp_path / "console.log", tmp_path / "agent.sock")
+    joined = " ".join(argv)
+    assert argv.count("qemu-xhci,id=xhci") == 1
+    assert "usb-net,netdev=u0,bus=xhci.0" in argv and "virtio-net-pci,netdev=n0" in argv
+    assert f"id=u0,local.type=unix,local.path={a},remote.type=unix,remote.path={b}" in joined
+    assert f"id=n0,local.type=unix,local.path={b},remote.type=unix,remote.path={a}" in joined
+    assert "usb-redir" not in joined

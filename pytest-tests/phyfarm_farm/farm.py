@@ -29,20 +29,22 @@ class Farm:
     emu: Emulator | None
     variant: str
     accel: str
+    #: The kernel driver the DUT interface binds to (cdc_ether for QEMU's usb-net).
+    dut_driver: str = "asix"
     dut: str = ""
     partner: str = ""
     notes: dict = field(default_factory=dict)
 
     # -- set-up --------------------------------------------------------------
     def find_interfaces(self, timeout: float = 30.0) -> None:
-        """Wait for the asix interface to register; find the partner NIC."""
+        """Wait for the DUT interface to register; find the partner NIC."""
         script = f"""
 end=$(( $(cut -d. -f1 /proc/uptime) + {int(timeout)} ))
 while :; do
   dut=; partner=
   for n in /sys/class/net/*; do
     d=$(readlink "$n/device/driver" 2>/dev/null); d=${{d##*/}}
-    [ "$d" = asix ] && dut=${{n##*/}}
+    [ "$d" = {self.dut_driver} ] && dut=${{n##*/}}
     [ "$d" = virtio_net ] && partner=${{n##*/}}
   done
   [ -n "$dut" ] && [ -n "$partner" ] && break
@@ -61,7 +63,7 @@ echo "dut=$dut partner=$partner"
                 "cat /sys/bus/usb/devices/*/idVendor /sys/bus/usb/devices/*/idProduct"
             )
             raise CheckFailed(
-                f"no network interface bound to asix within {timeout:.0f}s "
+                f"no network interface bound to {self.dut_driver} within {timeout:.0f}s "
                 f"(USB ids seen: {usb.stdout.split()}); console: {self.guest.console}"
             )
 

@@ -87,6 +87,9 @@ class GuestConfig:
     usb: tuple | None = None
     #: (qemu local, emulator) dgram socket paths for the partner NIC, or None.
     wire: tuple[Path, Path] | None = None
+    #: (local, remote) dgram socket paths for QEMU's own usb-net (CDC-ECM)
+    #: adapter on xHCI, the reference the benchmarks compare against, or None.
+    usb_net: tuple[Path, Path] | None = None
 
 
 def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
@@ -137,15 +140,20 @@ def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
             "-device",
             "usb-redir,chardev=ur0,bus=xhci.0",
         ]
+    if cfg.usb_net is not None:
+        if cfg.usb is None:
+            v += ["-device", "qemu-xhci,id=xhci"]
+        v += [*_dgram_netdev("u0", *cfg.usb_net), "-device", "usb-net,netdev=u0,bus=xhci.0"]
     if cfg.wire is not None:
-        local, remote = cfg.wire
-        v += [
-            "-netdev",
-            f"dgram,id=n0,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}",
-            "-device",
-            "virtio-net-pci,netdev=n0",
-        ]
+        v += [*_dgram_netdev("n0", *cfg.wire), "-device", "virtio-net-pci,netdev=n0"]
     return v
+
+
+def _dgram_netdev(name: str, local: Path, remote: Path) -> list[str]:
+    return [
+        "-netdev",
+        f"dgram,id={name},local.type=unix,local.path={local},remote.type=unix,remote.path={remote}",
+    ]
 
 
 class Guest:
