@@ -8,8 +8,12 @@ partner virtio NIC in its own network namespace:
   usb-net  QEMU's built-in usb-net (CDC-ECM) on qemu-xhci, the reference
 
 and runs the same iperf3 TCP tests in each (DUT->partner and partner->DUT,
---seconds each, --repeat rounds interleaved across the guests, median). It
-prints Mbit/s and two ratios, each against a reference of this invocation:
+--seconds each, --repeat rounds interleaved across the guests, median), with
+TCP timestamps off unless --timestamps. Under TCG the guests are told the
+host's TSC rate (a guest whose calibration fails keeps time with jiffies,
+which run slow on a loaded host), and every rate is converted to host time
+with the guest clock's rate measured around each run. It prints Mbit/s and
+two ratios, each against a reference of this invocation:
 
   paced / 100BASE-TX TCP goodput (94.9 Mbit/s)   target >= 0.99
   unpaced / usb-net                              target >= 0.8
@@ -40,9 +44,9 @@ sys.path.insert(0, str(REPO / "pytest-tests"))
 
 from phyfarm_farm import procs  # noqa: E402
 from phyfarm_farm.emulator import Emulator  # noqa: E402
-from phyfarm_farm.errors import FarmError  # noqa: E402
+from phyfarm_farm.errors import AgentError, FarmError  # noqa: E402
 from phyfarm_farm.farm import IP, NETNS, Farm  # noqa: E402
-from phyfarm_farm.guest import Guest, GuestConfig, qemu_version  # noqa: E402
+from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, qemu_version  # noqa: E402
 
 #: 100BASE-TX on the wire: 1500-byte MTU frames take 1538 byte times
 #: (14 header, 4 FCS, 8 preamble, 12 inter-frame gap).
@@ -139,6 +143,9 @@ class Config:
     sockdir: Path | None = None
     runs: dict = field(default_factory=lambda: {"tx": [], "rx": []})
     retransmits: dict = field(default_factory=lambda: {"tx": [], "rx": []})
+    #: Guest seconds per host second, one per run (1.0: the guest keeps time).
+    clock_rates: list = field(default_factory=list)
+    clocksource: str = ""
 
     def median(self, d: str) -> float | None:
         return statistics.median(self.runs[d]) if self.runs[d] else None
@@ -172,6 +179,8 @@ def boot(c: Config, args, kernel: Path, image: Path, emulator: Path, out: Path) 
         usb=usb,
         usb_net=usb_net,
         wire=wire,
+        append=args.append,
+        tsc_khz=args.tsc_khz,
     )
     guest = Guest(cfg, c.sockdir, logdir)
     driver = "asix" if emu is not None else "cdc_ether"
@@ -185,10 +194,11 @@ def boot(c: Config, args, kernel: Path, image: Path, emulator: Path, out: Path) 
         c.farm.guest.check([*prefix, "sysctl", "-w", f"net.ipv4.tcp_timestamps={ts}"])
     c.farm.start_iperf_server()
     speed = c.farm.link_state().get("speed", "?")
+    c.clocksource = guest.read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
     log(
         "I",
         f"{c.key}: booted in {guest.boot_seconds:.1f}s, {c.farm.dut} ({driver}, {speed} Mbit/s)"
-        f" <-> {c.farm.partner} in netns {NETNS}",
+        f" <-> {c.farm.partner} in netns {NETNS}; guest clocksource {c.clocksource}",
     )
 
 
@@ -205,12 +215,36 @@ def stop(c: Config) -> None:
         shutil.rmtree(c.sockdir, ignore_errors=True)
 
 
-def measure(c: Config, d: str, reverse: bool, args) -> float:
+def guest_clock(c: Config) -> tuple[float, float]:
+    """(host monotonic, guest uptime) at about the same instant."""
     assert c.farm is not None
+    h0 = time.monotonic()
+    up = c.farm.guest.read("/proc/uptime")
+    h1 = time.monotonic()
+    try:
+        return (h0 + h1) / 2, float(up.split()[0])
+    except (IndexError, ValueError):
+        raise AgentError(f"/proc/uptime read {up!r}") from None
+
+
+def measure(c: Config, d: str, reverse: bool, args) -> float:
+    """One iperf3 run; Mbit/s in host time.
+
+    iperf3 times itself with the guest's clock, and a TCG guest whose TSC
+    calibration failed at boot keeps time with jiffies, which lose ticks on a
+    loaded host (seen: 5 guest seconds for 5.8 host seconds). The guest
+    clock's rate against the host's, measured around the run, converts the
+    rate to host time, so guests with different clocks compare fairly.
+    """
+    assert c.farm is not None
+    h0, g0 = guest_clock(c)
     data = c.farm.iperf("-O", str(args.omit), seconds=args.seconds, reverse=reverse)
+    h1, g1 = guest_clock(c)
+    clock = (g1 - g0) / (h1 - h0)
     end = data["end"]
-    rate = end["sum_received"]["bits_per_second"] / 1e6
+    rate = end["sum_received"]["bits_per_second"] / 1e6 * clock
     c.runs[d].append(rate)
+    c.clock_rates.append(clock)
     retr = end.get("sum_sent", {}).get("retransmits")
     if retr is not None:
         c.retransmits[d].append(retr)
@@ -230,12 +264,16 @@ def verdict(ratio: float | None, target: float) -> str:
 
 def report(configs: dict[str, Config], goodput: float, args) -> dict:
     lines = [
-        f"TCP goodput, Mbit/s (median of {args.repeat} x {args.seconds}s, "
+        f"TCP goodput, Mbit/s in host time (median of {args.repeat} x {args.seconds}s, "
         f"first {args.omit}s omitted, accel {args.accel}):",
-        f"  {'configuration':24} {'DUT->partner':>13} {'partner->DUT':>13}",
+        f"  {'configuration':24} {'DUT->partner':>13} {'partner->DUT':>13}  guest clock",
     ]
     for c in configs.values():
-        lines.append(f"  {c.title:24} {fmt(c.median('tx')):>13} {fmt(c.median('rx')):>13}")
+        clock = statistics.median(c.clock_rates) if c.clock_rates else None
+        lines.append(
+            f"  {c.title:24} {fmt(c.median('tx')):>13} {fmt(c.median('rx')):>13}"
+            f"  {c.clocksource or '?'} x{fmt(clock, '.3f')}"
+        )
     lines += ["", f"  {'ratio':34} {'DUT->partner':>13} {'partner->DUT':>13}  target"]
     ratios: dict[str, dict] = {}
     rows = (
@@ -284,6 +322,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--emulator", type=Path, help="ax88772-emu [built: target/release]")
     p.add_argument("--guest-image", type=Path, help="farm initramfs [phyfarm guest image]")
     p.add_argument("--guest-timeout", type=float, default=120.0, help="boot/command timeout [120]")
+    p.add_argument("--append", default="", help="extra guest kernel command line")
+    p.add_argument(
+        "--tsc-khz",
+        default="auto",
+        help="under TCG, the guest's TSC rate (tsc_early_khz=): auto (the host's, from "
+        "/proc/cpuinfo), a number, or off (the guest calibrates; may fall back to jiffies) [auto]",
+    )
     p.add_argument(
         "--timestamps",
         action="store_true",
@@ -293,6 +338,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "-o", "--out", type=Path, help="output folder [<cache>/bench/guest-throughput-*]"
     )
     a = p.parse_args(argv)
+    if a.tsc_khz == "auto":
+        a.tsc_khz = host_tsc_khz()
+    elif a.tsc_khz == "off":
+        a.tsc_khz = None
+    elif a.tsc_khz.isdigit():
+        a.tsc_khz = int(a.tsc_khz)
+    else:
+        p.error("--tsc-khz: auto, off or a number of kHz")
     if a.seconds < 1 or a.repeat < 1 or not 0 <= a.omit < 60:
         p.error("--seconds and --repeat must be >= 1, --omit in 0..59")
     return a
@@ -337,7 +390,8 @@ def main(argv: list[str]) -> int:
         qv = ".".join(map(str, qemu_version()))
         emu_v = run_tool([str(emulator), "--version"], "ax88772-emu --version").strip()
         log("I", f"kernel {kernel} ({kinfo.get('kernel_version')}), QEMU {qv}, {emu_v}")
-        log("I", f"accel {args.accel} ({why}); output in {out}")
+        tsc = f", guest TSC {args.tsc_khz} kHz" if args.tsc_khz and args.accel == "tcg" else ""
+        log("I", f"accel {args.accel} ({why}){tsc}; output in {out}")
         out.mkdir(parents=True, exist_ok=True)
         doc.update(
             kernel=kinfo,
@@ -350,6 +404,7 @@ def main(argv: list[str]) -> int:
             repeat=args.repeat,
             omit=args.omit,
             tcp_timestamps=args.timestamps,
+            guest_tsc_khz=args.tsc_khz if args.accel == "tcg" else None,
         )
         for c in configs.values():
             log("I", f"{c.key}: booting ({c.title})")
@@ -383,6 +438,8 @@ def main(argv: list[str]) -> int:
         results={
             c.key: {
                 "title": c.title,
+                "clocksource": c.clocksource,
+                "guest_clock_rates": c.clock_rates,
                 **{
                     d: {
                         "median_mbps": c.median(d),

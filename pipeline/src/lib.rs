@@ -12,6 +12,7 @@ pub mod cpio;
 pub mod doctor;
 pub mod export;
 pub mod farm;
+pub mod farm_record;
 pub mod guest;
 pub mod images;
 pub mod kconfig;

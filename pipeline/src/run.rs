@@ -43,78 +43,6 @@ pub struct RunOptions {
     pub farm: Option<crate::farm::TestOptions>,
 }
 
-/// The farm's results.json, turned into the store's tests and measurements.
-pub fn farm_results(
-    dir: &Path,
-) -> Result<(
-    Vec<crate::results::TestResult>,
-    Vec<crate::results::Measurement>,
-)> {
-    use crate::results::{Measurement, Status, TestResult};
-    let r: crate::farm::Results = crate::metadata::read_json(&dir.join("results.json"))?
-        .ok_or_else(|| anyhow::anyhow!("{} is missing", dir.join("results.json").display()))?;
-    let mut tests: Vec<TestResult> = Vec::new();
-    let mut ms = Vec::new();
-    for t in &r.tests {
-        let attempt = tests
-            .iter()
-            .filter(|x| x.path == t.id && x.variant == t.variant)
-            .count() as u32;
-        if attempt > 1 || !crate::results::valid_path(&t.id) {
-            continue;
-        }
-        tests.push(TestResult {
-            path: t.id.clone(),
-            variant: t.variant.clone(),
-            status: Status::parse(&t.status).unwrap_or(Status::Error),
-            duration_s: Some(t.duration),
-            log_path: None,
-            log_excerpt: t.message.clone(),
-            attempt,
-        });
-        if attempt > 0 {
-            continue;
-        }
-        for m in &t.measurements {
-            let name = format!("{}.{}", t.id, m.name);
-            if !crate::results::valid_path(&name) || !m.value.is_finite() {
-                continue;
-            }
-            ms.push(Measurement {
-                name,
-                variant: t.variant.clone(),
-                value: m.value,
-                unit: m.unit.clone(),
-                samples: vec![m.value],
-                lower_is_better: m.unit == "s" || m.unit == "%",
-            });
-        }
-    }
-    Ok((tests, ms))
-}
-
-/// Run the farm on the kernels under `artifacts` (`<variant>/bzImage`), into `out`.
-fn farm(paths: &Paths, base: &crate::farm::TestOptions, artifacts: &Path, out: &Path) -> Outcome {
-    let mut o = base.clone();
-    o.artifacts = Some(artifacts.to_path_buf());
-    o.out = Some(out.to_path_buf());
-    let repro = format!(
-        "phyfarm test --artifacts {} -o {}",
-        artifacts.display(),
-        out.display()
-    );
-    match crate::farm::test(paths, &o, &repro) {
-        Ok(x) => x,
-        Err(e) => {
-            crate::progress::warn(&format!(
-                "the farm could not run on {}: {e:#}",
-                artifacts.display()
-            ));
-            Outcome::Error
-        }
-    }
-}
-
 pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     let dir = match opts.dir.take() {
         Some(d) => d,
@@ -205,16 +133,17 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         .iter()
         .any(|v| out.join(v.name()).join("bzImage").is_file());
     if let (Some(f), true) = (&opts.farm, built_any) {
-        let o = farm(paths, f, &out.join("base"), &out.join("base").join("farm"));
-        if let Ok(r) = farm_results(&out.join("base").join("farm")) {
+        let o =
+            crate::farm_record::farm(paths, f, &out.join("base"), &out.join("base").join("farm"));
+        if let Ok(r) = crate::farm_record::farm_results(&out.join("base").join("farm")) {
             farm_base = r;
         }
         lines.push(format!(
             "farm on the base: {o:?}, {}",
             out.join("base/farm").display()
         ));
-        let o = farm(paths, f, &out, &out.join("farm"));
-        match farm_results(&out.join("farm")) {
+        let o = crate::farm_record::farm(paths, f, &out, &out.join("farm"));
+        match crate::farm_record::farm_results(&out.join("farm")) {
             Ok(r) => farm_rev = r,
             Err(e) => crate::progress::warn(&format!("{e:#}")),
         }

@@ -33,7 +33,23 @@ def settle(farm, speed: int, duplex: str, timeout: float = 15) -> float:
     return time.monotonic() - t
 
 
-def check_model(farm, speed: int, duplex: str, autoneg: bool) -> None:
+def check_model(farm, speed: int, duplex: str, autoneg: bool, timeout: float = 10) -> None:
+    """The emulator's PHY and the MAC's medium mode must come to agree with the
+    guest's view. The guest's sysfs may already show the target mode while a
+    renegotiation is still under way (going back to autoneg from 100/full keeps
+    100/full), so the model is polled until it agrees or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _check_model_once(farm, speed, duplex, autoneg)
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _check_model_once(farm, speed: int, duplex: str, autoneg: bool) -> None:
     p = farm.emu.phy()["phy"]
     medium = farm.emu.describe()["mac_registers"]["medium"]
     bmcr = p["bmcr"]

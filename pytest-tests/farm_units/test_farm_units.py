@@ -128,3 +128,14 @@ def test_qemu_usb_net_is_wired_back_to_back_with_the_partner_nic(tmp_path):
     assert f"id=u0,local.type=unix,local.path={a},remote.type=unix,remote.path={b}" in joined
     assert f"id=n0,local.type=unix,local.path={b},remote.type=unix,remote.path={a}" in joined
     assert "usb-redir" not in joined
+
+
+def test_tcg_guests_can_be_told_their_tsc_rate(tmp_path):
+    def append(**kw) -> str:
+        cfg = GuestConfig(kernel=Path("bzImage"), initrd=Path("i"), **kw)
+        argv = qemu_argv(cfg, tmp_path / "console.log", tmp_path / "agent.sock")
+        return argv[argv.index("-append") + 1]
+
+    assert append(accel="tcg", tsc_khz=2596126).endswith(" tsc_early_khz=2596126")
+    assert "tsc_early_khz" not in append(accel="kvm", tsc_khz=2596126)
+    assert "tsc_early_khz" not in append(accel="tcg")

@@ -75,6 +75,23 @@ def reconnect_option(version: tuple[int, int]) -> str:
     return "reconnect-ms=1000" if version >= (9, 2) else "reconnect=1"
 
 
+def host_tsc_khz() -> int | None:
+    """The host CPU's clock in kHz from /proc/cpuinfo (its TSC rate on a VM or
+    a fixed-frequency CPU), or None.
+
+    A TCG guest's TSC ticks at the host's rate, but the guest kernel calibrates
+    it against the PIT, which fails on a loaded host; it then keeps time with
+    jiffies, losing ticks. `tsc_early_khz=` skips that calibration.
+    """
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return round(float(line.split(":", 1)[1]) * 1000)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 @dataclass
 class GuestConfig:
     kernel: Path
@@ -90,11 +107,16 @@ class GuestConfig:
     #: (local, remote) dgram socket paths for QEMU's own usb-net (CDC-ECM)
     #: adapter on xHCI, the reference the benchmarks compare against, or None.
     usb_net: tuple[Path, Path] | None = None
+    #: Under TCG, the guest's TSC rate in kHz (`tsc_early_khz=`), or None to
+    #: let the guest calibrate it (see host_tsc_khz).
+    tsc_khz: int | None = None
 
 
 def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
     accel = ["-accel", "kvm", "-cpu", "host"] if cfg.accel == "kvm" else ["-accel", "tcg"]
     append = f"console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable {cfg.append}".strip()
+    if cfg.tsc_khz and cfg.accel == "tcg":
+        append += f" tsc_early_khz={cfg.tsc_khz}"
     v = [
         "qemu-system-x86_64",
         *accel,

@@ -98,6 +98,10 @@ pub struct Cli {
     /// Do not pace frames to the negotiated line rate.
     #[arg(long)]
     pub unpaced: bool,
+    /// Pacing burst in microseconds: how much of an idle wire's time frames
+    /// may catch up after a scheduling hiccup (0: strict line-rate spacing).
+    #[arg(long, value_name = "US", default_value_t = crate::device::DEFAULT_PACE_BURST.as_micros() as u64)]
+    pub pace_burst_us: u64,
     /// Autonegotiation time in milliseconds (0: instant).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub autoneg_ms: u64,
@@ -187,6 +191,7 @@ impl Cli {
         }
         device.addr0 = self.phy_addr0;
         device.paced = !self.unpaced;
+        device.pace_burst = Duration::from_micros(self.pace_burst_us);
         device.rx_queue_frames = self.rx_queue.max(1);
         device.autoneg = Duration::from_millis(self.autoneg_ms);
         device.partner = Partner {
@@ -241,6 +246,8 @@ mod tests {
             "--seed",
             "5",
             "--unpaced",
+            "--pace-burst-us",
+            "500",
         ])
         .unwrap();
         let s = cli.settings();
@@ -252,6 +259,7 @@ mod tests {
         assert_eq!(s.device.mac, mac_from_seed(5));
         assert_eq!(s.device.mac[0], 0x02);
         assert!(!s.device.paced);
+        assert_eq!(s.device.pace_burst, Duration::from_micros(500));
     }
 
     #[test]

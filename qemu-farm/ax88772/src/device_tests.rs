@@ -185,6 +185,54 @@ fn paced_bulk_out_completes_when_the_frame_left() {
     assert_eq!(t.d.take_usb()[0].id, 2, "in order");
 }
 
+/// Transfers that complete at once when `n` full-size frames meet a wire
+/// that sat idle for `idle`, with a pacing burst of `burst`.
+fn caught_up(burst: Duration, idle: Duration, n: u64, rx: bool) -> usize {
+    let mut t = T::up(true);
+    t.d.cfg.pace_burst = burst;
+    t.t += idle;
+    let mut done = 0;
+    for id in 0..n {
+        done += if rx {
+            t.send(100 + id, bulk_in(2048)).len()
+        } else {
+            let f = frame([0xff; 6], 1514);
+            t.send(id, bulk_out(framing::tx_transfer(&f))).len()
+        };
+    }
+    if rx {
+        for _ in 0..n {
+            t.d.wire_frame(t.t, frame(MAC, 1514));
+            done += t.d.take_usb().len();
+        }
+    }
+    done
+}
+
+#[test]
+fn paced_wire_catches_up_idle_time_up_to_the_burst() {
+    let wt = framing::wire_time(1514, 100_000_000);
+    let ms = Duration::from_millis(1);
+    for rx in [false, true] {
+        // 1 ms of credit is 8 full frames (123 us each); the 9th waits.
+        assert_eq!(caught_up(ms, 10 * ms, 20, rx), 8, "rx={rx}");
+        // Credit does not grow with longer idle time.
+        assert_eq!(caught_up(ms, 100 * ms, 20, rx), 8, "rx={rx}");
+        // Strict spacing: nothing leaves before its wire time.
+        assert_eq!(caught_up(Duration::ZERO, 10 * ms, 20, rx), 0, "rx={rx}");
+    }
+    // The 9th frame leaves 9 wire times after the credit began; the rate
+    // over any longer window stays the line rate.
+    let mut t = T::up(true);
+    t.d.cfg.pace_burst = ms;
+    t.t += 10 * ms;
+    let f = frame([0xff; 6], 1514);
+    for id in 0..9 {
+        t.send(id, bulk_out(framing::tx_transfer(&f)));
+    }
+    assert_eq!(t.d.poll(t.t), Some(t.t - ms + 9 * wt));
+}
+
 #[test]
 fn wire_frames_batch_into_one_bulk_in() {
     let mut t = T::up(false);

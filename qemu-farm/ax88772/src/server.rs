@@ -325,11 +325,18 @@ impl Server {
         if self.conn.is_none() && matches!(self.role, UsbRole::Connect(_)) {
             timeout = timeout.min(self.next_connect.saturating_duration_since(now));
         }
-        // Round up so a deadline a few microseconds away does not spin.
-        let ms = timeout.as_micros().div_ceil(1000).min(1000) as libc::c_int;
+        let ts = poll_timeout(timeout);
         let n = loop {
-            // SAFETY: fds is a valid, exclusively borrowed array of pollfd.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            // SAFETY: fds is a valid, exclusively borrowed array of pollfd;
+            // ts outlives the call; a null sigmask leaves the mask alone.
+            let n = unsafe {
+                libc::ppoll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    &ts,
+                    std::ptr::null(),
+                )
+            };
             if n >= 0 {
                 break n;
             }
@@ -568,5 +575,43 @@ impl Drop for Server {
         if let Some((_, p)) = &self.ctl_listener {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// The wait until the next deadline, rounded up to the microsecond (so a
+/// deadline a few nanoseconds away does not spin) and at most a second.
+/// Paced frames are ~123 us apart at 100 Mbit/s; poll(2)'s whole
+/// milliseconds held every paced completion up to a millisecond late.
+pub fn poll_timeout(d: Duration) -> libc::timespec {
+    let d = d.min(Duration::from_secs(1));
+    let us = d.as_nanos().div_ceil(1000) as i64;
+    libc::timespec {
+        tv_sec: (us / 1_000_000) as libc::time_t,
+        tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nanos(ts: libc::timespec) -> i64 {
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    }
+
+    #[test]
+    fn waits_are_not_rounded_to_milliseconds() {
+        // One 1514-byte frame at 100 Mbit/s.
+        let wire = crate::framing::wire_time(1514, 100_000_000);
+        assert_eq!(wire, Duration::from_nanos(123_040));
+        assert_eq!(nanos(poll_timeout(wire)), 124_000);
+        assert_eq!(nanos(poll_timeout(Duration::from_nanos(1_500))), 2_000);
+        assert_eq!(nanos(poll_timeout(Duration::ZERO)), 0);
+        assert_eq!(
+            nanos(poll_timeout(Duration::from_millis(2_500))),
+            1_000_000_000
+        );
+        let ts = poll_timeout(Duration::from_micros(1_250_000));
+        assert_eq!((ts.tv_sec, ts.tv_nsec), (1, 0));
     }
 }
