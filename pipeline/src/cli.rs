@@ -65,7 +65,8 @@ pub enum Command {
     /// Boot a kernel in QEMU and check the asix and AX88772A PHY drivers from inside
     Boot(BootArgs),
     /// The main job end to end on a series revision: ingest, per-patch apply
-    /// and build in both variants, Rust gates, boot checks
+    /// and build in both variants, Rust gates, boot checks, the farm on the
+    /// patched kernels and the base, recorded in the store with the verdict
     Run(RunArgs),
     /// Patch series: parse and show what phyfarm sees
     #[command(subcommand)]
