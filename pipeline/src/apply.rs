@@ -222,20 +222,8 @@ pub fn copy_pristine(src: &Path, trees: &Trees) -> Result<bool> {
     }
     let parent = trees.work.parent().context("tree without parent")?;
     std::fs::create_dir_all(parent)?;
-    let _ = std::fs::remove_dir_all(&trees.work);
     let _ = std::fs::remove_dir_all(&trees.git);
-    let st = std::process::Command::new("cp")
-        .args(["-a", "--reflink=auto"])
-        .arg(src)
-        .arg(&trees.work)
-        .status()?;
-    if !st.success() {
-        bail!(
-            "copying {} to {} failed",
-            src.display(),
-            trees.work.display()
-        );
-    }
+    crate::kernel::copy_tree(src, &trees.work)?;
     std::fs::create_dir_all(&trees.git)?;
     Ok(true)
 }

@@ -17,7 +17,7 @@ use crate::images::{self, hex, ImageKind, LINUX_SOURCE_PACKAGE};
 use crate::kconfig::{self, SourceTree};
 use crate::metadata::{self, BuildMetadata, ImageRef, Status, Versions};
 use crate::progress::{self, info};
-use crate::runtime::{podman_env, shell_quote, Job, Runtime};
+use crate::runtime::{shell_quote, Job, Runtime};
 use crate::Outcome;
 
 /// Free space needed in the cache before extracting a source tree (bytes).
@@ -382,10 +382,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     let tc = toolchain(paths, opts.runtime, opts.dry_run)?;
     durations.push(("images".into(), t0.elapsed().as_secs_f64()));
     let l = Layout::with_extra(paths, &tc.kernel_version, variant, &extra);
-    let env = match opts.runtime {
-        Runtime::Podman => vec![podman_env(&paths.repo)],
-        Runtime::Host => vec![],
-    };
+    let env = opts.runtime.env(&paths.repo);
 
     if opts.dry_run {
         let tmp = l.src_parent.with_extension("tmp");
@@ -468,18 +465,8 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
                 "{label}: starting from the build tree {}",
                 other.display()
             ));
-            let tmp = l.build.with_extension("tmp");
-            let _ = std::fs::remove_dir_all(&tmp);
-            let st = std::process::Command::new("cp")
-                .args(["-a", "--reflink=auto"])
-                .arg(&other)
-                .arg(&tmp)
-                .status()?;
-            if !st.success() {
-                bail!("copying {} to {} failed", other.display(), tmp.display());
-            }
-            let _ = std::fs::remove_file(tmp.join(".phyfarm-built"));
-            std::fs::rename(&tmp, &l.build)?;
+            copy_tree(&other, &l.build)?;
+            let _ = std::fs::remove_file(l.build.join(".phyfarm-built"));
         }
     }
     std::fs::create_dir_all(&l.build)?;
@@ -607,6 +594,26 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     }
 }
 
+/// Copy a tree with `cp -a` (mtimes kept, so kbuild sees nothing changed;
+/// reflinks where the file system has them) into a temporary sibling, then
+/// rename it over `to`: a copy cut short never looks like a tree.
+pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let tmp = to.with_extension("tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let st = std::process::Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(from)
+        .arg(&tmp)
+        .status()
+        .context("cannot run cp")?;
+    if !st.success() {
+        bail!("copying {} to {} failed", from.display(), tmp.display());
+    }
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::rename(&tmp, to)?;
+    Ok(())
+}
+
 /// The warning keys every base build of a tree has shown (incremental builds
 /// only show the warnings of what they recompiled, so the set accumulates).
 pub fn base_warning_keys(build: &Path) -> std::collections::BTreeSet<String> {
@@ -672,6 +679,22 @@ mod tests {
             Path::new("/cache/src/linux-source-6.12_6.12.1-1/linux-source-6.12")
         );
         assert_eq!(l.build, Path::new("/cache/build/6.12.1-1/c"));
+    }
+
+    #[test]
+    fn copy_tree_keeps_mtimes_and_replaces_the_destination() {
+        let d = tempfile::tempdir().unwrap();
+        let (from, to) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(from.join("sub")).unwrap();
+        std::fs::write(from.join("sub/x.o"), "obj").unwrap();
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::write(to.join("stale"), "old").unwrap();
+        copy_tree(&from, &to).unwrap();
+        assert_eq!(std::fs::read_to_string(to.join("sub/x.o")).unwrap(), "obj");
+        assert!(!to.join("stale").exists());
+        assert!(!to.with_extension("tmp").exists());
+        let m = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+        assert_eq!(m(&from.join("sub/x.o")), m(&to.join("sub/x.o")));
     }
 
     #[test]

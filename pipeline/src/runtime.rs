@@ -110,6 +110,14 @@ pub fn ulimit_args() -> Vec<String> {
 }
 
 impl Runtime {
+    /// The environment the runtime's commands need (podman: its settings file).
+    pub fn env(self, repo: &Path) -> Vec<(String, String)> {
+        match self {
+            Runtime::Podman => vec![podman_env(repo)],
+            Runtime::Host => vec![],
+        }
+    }
+
     /// The exact argv that runs `job`, plus the working directory to spawn it in
     /// (host runtime only).
     pub fn argv(self, job: &Job) -> (Vec<String>, Option<PathBuf>) {
@@ -238,6 +246,14 @@ mod tests {
             j.to_host("/src/scripts/x.sh"),
             "/cache/src/linux/scripts/x.sh"
         );
+    }
+
+    #[test]
+    fn only_podman_needs_its_settings_file() {
+        let e = Runtime::Podman.env(Path::new("/repo"));
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].0, "CONTAINERS_CONF");
+        assert!(Runtime::Host.env(Path::new("/repo")).is_empty());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::config::{Paths, Variant};
 use crate::kernel::{self, BuildOptions, Layout, Run, Toolchain};
 use crate::metadata::{self, BuildMetadata, Status};
 use crate::progress::{info, warn};
-use crate::runtime::{podman_env, Job, Runtime};
+use crate::runtime::{Job, Runtime};
 use crate::series::{self, Series};
 use crate::warnings::{self, Warning};
 use crate::Outcome;
@@ -185,20 +185,6 @@ impl Ctx<'_> {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    let tmp = to.with_extension("tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let st = std::process::Command::new("cp")
-        .args(["-a", "--reflink=auto"])
-        .arg(from)
-        .arg(&tmp)
-        .status()?;
-    anyhow::ensure!(st.success(), "copying {} failed", from.display());
-    let _ = std::fs::remove_dir_all(to);
-    std::fs::rename(&tmp, to)?;
-    Ok(())
-}
-
 /// Build a series revision. Pass: every patch applied (or was already
 /// applied), built in every variant, and the gates passed.
 pub fn build_series(paths: &Paths, opts: &SeriesBuildOptions) -> Result<Outcome> {
@@ -264,10 +250,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         paths,
         opts,
         trees: Trees::new(&root),
-        env: match opts.runtime {
-            Runtime::Podman => vec![podman_env(&paths.repo)],
-            Runtime::Host => vec![],
-        },
+        env: opts.runtime.env(&paths.repo),
         tc,
     };
     std::fs::create_dir_all(&root)?;
@@ -321,7 +304,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
             info(&format!(
                 "[{v}] seeding the series build tree from the base"
             ));
-            copy_tree(&base_tree, &dir)?;
+            kernel::copy_tree(&base_tree, &dir)?;
         }
     }
 
