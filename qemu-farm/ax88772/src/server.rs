@@ -93,7 +93,11 @@ pub struct Server {
     ctl_listener: Option<(UnixListener, PathBuf)>,
     ctl_clients: Vec<CtlClient>,
     about: Value,
+    clock: Clock,
 }
+
+/// Where the loop reads the time; tests drive the model's clock by hand.
+pub type Clock = Box<dyn Fn() -> Instant + Send>;
 
 /// Bind a unix listener, replacing a stale socket file.
 fn bind_unix(p: &std::path::Path) -> io::Result<UnixListener> {
@@ -163,7 +167,18 @@ impl Server {
             ctl_listener,
             ctl_clients: Vec::new(),
             about,
+            clock: Box::new(Instant::now),
         })
+    }
+
+    /// Replace the clock (tests: a clock they advance themselves).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// The loop's current time.
+    pub fn now(&self) -> Instant {
+        (self.clock)()
     }
 
     pub fn set_connect_timeout(&mut self, t: Duration) {
@@ -194,7 +209,7 @@ impl Server {
 
     /// Use an already-open usbredir connection (tests, inherited sockets).
     pub fn attach(&mut self, c: Conn) {
-        self.open_transport(c, Instant::now());
+        self.open_transport(c, self.now());
     }
 
     pub fn device(&self) -> &Device {
@@ -234,6 +249,12 @@ impl Server {
 
     /// Run until QEMU goes away (with `--on-disconnect exit`) or a signal.
     pub fn run(&mut self) -> Result<(), ServerError> {
+        // Paced frames are ~123 us apart: the default 50 us timer slack
+        // would add up to half a frame time to every paced wake-up.
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer; no memory is shared.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+        }
         while !self.finished && !STOP.load(Ordering::SeqCst) {
             self.step()?;
         }
@@ -267,10 +288,31 @@ impl Server {
         Ok(())
     }
 
-    /// One turn of the loop: wait for something, then handle it.
+    /// Run the device's timers, send everything the device produced, and
+    /// return how long the loop may sleep before the next deadline. Nothing
+    /// the device produced stays behind while the loop sleeps.
+    pub fn prepare(&mut self, now: Instant) -> Duration {
+        let next = self.dev.poll(now);
+        self.flush_device(now);
+        let mut timeout = Duration::from_millis(1000);
+        if let Some(t) = next {
+            timeout = timeout.min(t.saturating_duration_since(now));
+        }
+        if let Some(t) = self.wire.tick() {
+            timeout = timeout.min(t);
+        }
+        if self.conn.is_none() && matches!(self.role, UsbRole::Connect(_)) {
+            timeout = timeout.min(self.next_connect.saturating_duration_since(now));
+        }
+        timeout
+    }
+
+    /// One turn of the loop: wait for something, then handle it. Every
+    /// event is handled at its own time, read from the clock.
     pub fn step(&mut self) -> Result<(), ServerError> {
-        let now = Instant::now();
+        let now = self.now();
         self.try_connect(now)?;
+        let timeout = self.prepare(now);
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut add = |fd: RawFd, ev: libc::c_short| {
             fds.push(libc::pollfd {
@@ -315,16 +357,6 @@ impl Server {
             });
         }
 
-        let mut timeout = Duration::from_millis(1000);
-        if let Some(t) = self.dev.poll(now) {
-            timeout = timeout.min(t.saturating_duration_since(now));
-        }
-        if let Some(t) = self.wire.tick() {
-            timeout = timeout.min(t);
-        }
-        if self.conn.is_none() && matches!(self.role, UsbRole::Connect(_)) {
-            timeout = timeout.min(self.next_connect.saturating_duration_since(now));
-        }
         let ts = poll_timeout(timeout);
         let n = loop {
             // SAFETY: fds is a valid, exclusively borrowed array of pollfd;
@@ -349,25 +381,31 @@ impl Server {
             }
             return Err(ServerError::Poll(e));
         };
-        let now = Instant::now();
         let ready = |i: Option<usize>, mask: libc::c_short| {
             n > 0 && i.is_some_and(|i| fds[i].revents & mask != 0)
         };
         let hup = libc::POLLHUP | libc::POLLERR;
         if ready(usb_i, libc::POLLIN | hup) {
-            self.read_usb(now);
+            self.read_usb();
+        }
+        if ready(usb_i, libc::POLLOUT) {
+            let now = self.now();
+            self.write_usb(now);
         }
         if ready(lst_i, libc::POLLIN) {
             if let Some(l) = &self.usb_listener {
                 match l.accept() {
-                    Ok(Some(c)) => self.open_transport(c, now),
+                    Ok(Some(c)) => {
+                        let now = self.now();
+                        self.open_transport(c, now)
+                    }
                     Ok(None) => {}
                     Err(e) => log_w!("usb: accept: {e}"),
                 }
             }
         }
         if wire_i.is_none() || ready(wire_i, libc::POLLIN | hup) {
-            self.read_wire(now);
+            self.read_wire();
         }
         if ready(wire_i, libc::POLLOUT) {
             self.wire.flush();
@@ -378,35 +416,39 @@ impl Server {
         if n > 0 {
             for i in 0..self.ctl_clients.len() {
                 if fds.get(client_base + i).is_some_and(|f| f.revents != 0) {
+                    let now = self.now();
                     self.serve_ctl(i, now);
                 }
             }
         }
         self.ctl_clients.retain(|c| !c.closed);
+        let now = self.now();
         self.dev.poll(now);
         self.flush_device(now);
         Ok(())
     }
 
-    fn read_usb(&mut self, now: Instant) {
+    fn read_usb(&mut self) {
         let mut buf = [0u8; 65536];
         for _ in 0..16 {
             let Some(c) = &mut self.conn else { return };
             match c.read(&mut buf) {
-                Ok(0) => return self.close_transport("end of stream", now),
+                Ok(0) => return self.close_transport("end of stream", self.now()),
                 Ok(n) => {
                     self.codec.feed(&buf[..n]);
-                    self.decode(now);
+                    self.decode();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.close_transport(&e.to_string(), now),
+                Err(e) => return self.close_transport(&e.to_string(), self.now()),
             }
         }
     }
 
-    fn decode(&mut self, now: Instant) {
+    /// Hand every complete packet to the device, each at its own time.
+    fn decode(&mut self) {
         while let Some(r) = self.codec.next_packet() {
+            let now = self.now();
             match r {
                 Ok(p) => self.dev.handle(now, p),
                 Err(e) => {
@@ -422,13 +464,16 @@ impl Server {
         }
     }
 
-    fn read_wire(&mut self, now: Instant) {
+    fn read_wire(&mut self) {
         for _ in 0..256 {
             if !self.dev.rx_room() {
                 break;
             }
             match self.wire.recv() {
-                Ok(Some(f)) => self.dev.wire_frame(now, f),
+                Ok(Some(f)) => {
+                    let now = self.now();
+                    self.dev.wire_frame(now, f);
+                }
                 Ok(None) => break,
                 Err(e) => {
                     log_w!("wire: {e}");
