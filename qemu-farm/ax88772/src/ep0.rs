@@ -50,7 +50,7 @@ impl Ep0<'_> {
             _ => Reply::Stall,
         };
         if reply == Reply::Stall {
-            log_w!("usb: STALL for {s} data={:02x?}", out_data);
+            log_w!("usb: STALL for {s} data=[{}]", crate::log::hex(out_data));
         }
         reply
     }

@@ -1,8 +1,27 @@
 //! Plain greppable log lines on stderr: `I:`, `W:`, `E:`.
+//!
+//! Logging cannot hurt the device: lines go through a bounded queue to a
+//! writer thread, so a stderr nobody drains never blocks the event loop;
+//! a closed stderr (EPIPE) is ignored; and a token bucket limits the rate,
+//! with a `W: N log lines suppressed` line once lines flow again.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 static LEVEL: AtomicU8 = AtomicU8::new(1);
+/// Lines handed to the writer thread and not yet written.
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Lines per second the log sustains, and the burst it allows.
+pub const RATE: f64 = 200.0;
+pub const BURST: f64 = 1000.0;
+/// Lines waiting for the writer thread.
+const QUEUE: usize = 4096;
+/// Bytes of a hex dump shown in a log line.
+pub const HEX_MAX: usize = 32;
 
 /// 0: errors and warnings only; 1: normal; 2: every usbredir message.
 pub fn set_level(level: u8) {
@@ -13,9 +32,141 @@ pub fn level() -> u8 {
     LEVEL.load(Ordering::Relaxed)
 }
 
+/// Token bucket over lines, with a count of what it held back.
+#[derive(Debug)]
+pub struct Limiter {
+    tokens: f64,
+    last: Instant,
+    rate: f64,
+    burst: f64,
+    suppressed: u64,
+}
+
+impl Limiter {
+    pub fn new(now: Instant, rate: f64, burst: f64) -> Limiter {
+        Limiter {
+            tokens: burst,
+            last: now,
+            rate,
+            burst,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether a line may go out now. When it may and lines were held back
+    /// before it, returns their count too (to be reported first).
+    pub fn admit(&mut self, now: Instant) -> (bool, u64) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+        if self.tokens < 1.0 {
+            self.suppressed += 1;
+            return (false, 0);
+        }
+        self.tokens -= 1.0;
+        (true, std::mem::take(&mut self.suppressed))
+    }
+
+    /// Count a line lost elsewhere (the writer's queue was full).
+    pub fn lost(&mut self) {
+        self.suppressed += 1;
+    }
+}
+
+struct Sink {
+    limiter: Mutex<Limiter>,
+    tx: Option<SyncSender<String>>,
+}
+
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+fn writer(rx: Receiver<String>) {
+    let mut err = std::io::stderr();
+    while let Ok(line) = rx.recv() {
+        // A closed or broken stderr loses the line, nothing more.
+        let _ = err.write_all(line.as_bytes());
+        QUEUED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn sink() -> &'static Sink {
+    SINK.get_or_init(|| {
+        let (tx, rx) = sync_channel::<String>(QUEUE);
+        let tx = std::thread::Builder::new()
+            .name("log".into())
+            .spawn(move || writer(rx))
+            .ok()
+            .map(|_| tx);
+        Sink {
+            limiter: Mutex::new(Limiter::new(Instant::now(), RATE, BURST)),
+            tx,
+        }
+    })
+}
+
+fn push(s: &Sink, line: String) -> bool {
+    match &s.tx {
+        Some(tx) => {
+            QUEUED.fetch_add(1, Ordering::SeqCst);
+            let sent = tx.try_send(line);
+            match sent {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    QUEUED.fetch_sub(1, Ordering::SeqCst);
+                    false
+                }
+                Err(TrySendError::Disconnected(line)) => {
+                    QUEUED.fetch_sub(1, Ordering::SeqCst);
+                    let _ = std::io::stderr().write_all(line.as_bytes());
+                    true
+                }
+            }
+        }
+        None => {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            true
+        }
+    }
+}
+
 #[doc(hidden)]
 pub fn emit(tag: char, args: std::fmt::Arguments<'_>) {
-    eprintln!("{tag}: {args}");
+    let s = sink();
+    let Ok(mut lim) = s.limiter.lock() else {
+        return;
+    };
+    let (ok, held) = lim.admit(Instant::now());
+    if !ok {
+        return;
+    }
+    if held > 0 && !push(s, format!("W: {held} log lines suppressed\n")) {
+        lim.lost();
+    }
+    if !push(s, format!("{tag}: {args}\n")) {
+        lim.lost();
+    }
+}
+
+/// Wait (at most `limit`) until the writer thread has written every line.
+pub fn flush(limit: Duration) {
+    let end = Instant::now() + limit;
+    while QUEUED.load(Ordering::SeqCst) > 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// At most [`HEX_MAX`] bytes as hex, with the rest counted.
+pub fn hex(data: &[u8]) -> String {
+    let mut s: String = data
+        .iter()
+        .take(HEX_MAX)
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if data.len() > HEX_MAX {
+        s.push_str(&format!(" ... ({} bytes)", data.len()));
+    }
+    s
 }
 
 /// Informational line (`I:`).
@@ -40,4 +191,43 @@ macro_rules! log_w {
 #[macro_export]
 macro_rules! log_e {
     ($($a:tt)*) => { $crate::log::emit('E', format_args!($($a)*)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_holds_back_a_flood_and_counts_it() {
+        let t = Instant::now();
+        let mut l = Limiter::new(t, 10.0, 5.0);
+        let admitted = (0..100).filter(|_| l.admit(t).0).count();
+        assert_eq!(admitted, 5, "the burst, then nothing");
+        // Half a second later: five tokens, and the 95 held back are reported.
+        let (ok, held) = l.admit(t + Duration::from_millis(500));
+        assert!(ok);
+        assert_eq!(held, 95);
+        let (ok, held) = l.admit(t + Duration::from_millis(500));
+        assert!(ok);
+        assert_eq!(held, 0, "reported once");
+        l.lost();
+        let (_, held) = l.admit(t + Duration::from_secs(10));
+        assert_eq!(held, 1, "lines lost in the queue count too");
+    }
+
+    #[test]
+    fn the_bucket_does_not_grow_past_its_burst() {
+        let t = Instant::now();
+        let mut l = Limiter::new(t, 10.0, 3.0);
+        let later = t + Duration::from_secs(3600);
+        assert_eq!((0..10).filter(|_| l.admit(later).0).count(), 3);
+    }
+
+    #[test]
+    fn hex_dumps_are_capped() {
+        assert_eq!(hex(&[1, 0xab]), "01 ab");
+        let h = hex(&[0u8; 4096]);
+        assert!(h.ends_with(" ... (4096 bytes)"), "{h}");
+        assert_eq!(h.matches("00").count(), HEX_MAX);
+    }
 }

@@ -43,11 +43,13 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    let code = match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log_e!("{e:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    ax88772::log::flush(std::time::Duration::from_secs(1));
+    code
 }
