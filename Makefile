@@ -40,6 +40,7 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/zizmor --offline --persona auditor --config .github/zizmor.yml .github/workflows
 
 # The store tests also run against a real PostgreSQL on loopback, started
 # here and stopped afterwards, pass or fail.

@@ -4,6 +4,7 @@ deliberately insecure workflow, rule by rule."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -122,6 +123,10 @@ MUTATIONS = {
     "pr-concurrency": ("cancel-in-progress: true", "cancel-in-progress: false"),
     "runner-labels": ("[self-hosted, linux, x64, phyfarm]", "[self-hosted, linux, x64]"),
     "checkout-without-credentials": ("persist-credentials: false", "fetch-depth: 0"),
+    "trusted-runners-apart": (
+        "[self-hosted, linux, x64, phyfarm]",
+        "[self-hosted, linux, x64, phyfarm-trusted]",
+    ),
 }
 
 
@@ -210,7 +215,14 @@ def test_the_pull_request_pipeline_shape():
     )
     for name, job in jobs.items():
         assert job["runs-on"] == wr.PHYFARM_LABELS, name
-        assert "permissions" not in job, f"{name} widens permissions in an untrusted run"
+        assert job.get("permissions") == {"contents": "read"}, (
+            f"{name} widens permissions in an untrusted run"
+        )
+    assert pr["permissions"] == {}
+    # No store credential on the runners of pull requests: collect uses a
+    # store of its own job.
+    collect = " ".join(s.get("run", "") for s in jobs["collect"]["steps"])
+    assert 'PHYFARM_STORE="$RUNNER_TEMP/results.sqlite"' in collect
     detect_runs = " ".join(s.get("run", "") for s in jobs["detect"]["steps"])
     assert "series changed" in detect_runs
     # phyfarm runs from the base commit, never from the pull request.
@@ -230,3 +242,78 @@ def test_pages_deploy_alone_holds_pages_and_id_token():
     assert not wr.executes_code(wf["jobs"]["deploy"])
     on = wf.get("on", wf.get(True))
     assert set(on) == {"schedule", "workflow_dispatch"}
+
+
+def test_a_token_on_the_pull_request_runners_is_refused(tmp_path):
+    p = tmp_path / "sched.yml"
+    p.write_text(
+        """\
+on:
+  schedule:
+    - cron: "0 * * * *"
+permissions: {}
+jobs:
+  j:
+    runs-on: [self-hosted, linux, x64, phyfarm]
+    permissions:
+      pull-requests: read
+    steps:
+      - run: gh api repos
+        env:
+          GH_TOKEN: ${{ github.token }}
+"""
+    )
+    assert {v.rule for v in wr.check(p)} == {"trusted-runners-apart"}
+    p.write_text(p.read_text().replace("phyfarm]", "phyfarm-trusted]"))
+    assert wr.check(p) == []
+
+
+def test_ci_runs_pull_request_code_on_hosted_runners_only():
+    wf = wr.load(WORKFLOWS / "ci.yml")
+    for name, job in wf["jobs"].items():
+        if wr.self_hosted(job):
+            assert job.get("if") == "github.event_name == 'push'", (
+                f"ci.yml job {name} runs pull-request code on a self-hosted runner"
+            )
+    hosted = [j for j in wf["jobs"].values() if not wr.self_hosted(j)]
+    assert hosted, "pull requests to phyfarm get no checks at all"
+
+
+def test_trusted_jobs_run_on_the_trusted_group():
+    verdicts = wr.load(WORKFLOWS / "verdicts.yml")["jobs"]["verdicts"]
+    assert verdicts["runs-on"] == wr.TRUSTED_LABELS
+    record = wr.load(WORKFLOWS / "pull-request-report.yml")["jobs"]["record"]
+    assert record["runs-on"] == wr.TRUSTED_LABELS
+    assert not wr.checks_out_pr_head(record)
+
+
+def zizmor() -> str:
+    """The zizmor that pytest-tests/requirements.txt pins, beside this Python."""
+    venv_bin = Path(sys.executable).parent / "zizmor"
+    found = str(venv_bin) if venv_bin.exists() else shutil.which("zizmor")
+    assert found, "zizmor is not installed: run containers/host-setup.sh"
+    return found
+
+
+def run_zizmor(*extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [zizmor(), "--offline", "--persona", "auditor", "--format", "json", *extra, str(WORKFLOWS)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_zizmor_finds_nothing_beyond_what_its_config_allows():
+    p = run_zizmor("--config", str(REPO / ".github/zizmor.yml"))
+    findings = json.loads(p.stdout or "[]")
+    assert p.returncode == 0 and findings == [], p.stdout + p.stderr
+
+
+def test_zizmor_config_allows_only_the_self_hosted_runners():
+    # Without the config, what remains is exactly what the config allows
+    # (plus the one inline-ignored workflow_run trigger, which stays ignored).
+    p = run_zizmor("--no-config")
+    idents = {f["ident"] for f in json.loads(p.stdout or "[]")}
+    assert idents == {"self-hosted-runner"}, idents

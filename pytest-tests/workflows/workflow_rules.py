@@ -36,8 +36,15 @@ pr-concurrency
     whose group names `github.event.pull_request.number` and
     `cancel-in-progress: true`, so a push cancels the superseded run.
 runner-labels
-    A self-hosted `runs-on` is exactly `[self-hosted, linux, x64, phyfarm]`,
-    and `runs-on` is never computed by an expression.
+    A self-hosted `runs-on` is exactly `[self-hosted, linux, x64, phyfarm]`
+    (the ephemeral runners that run pull requests) or `[self-hosted, linux,
+    x64, phyfarm-trusted]` (the trusted runner group), and `runs-on` is never
+    computed by an expression.
+trusted-runners-apart
+    A workflow triggered by pull requests never runs on the trusted group;
+    a job outside such a workflow that holds a token or a write permission
+    and runs on our own runners runs on the trusted group, never beside
+    pull-request jobs.
 checkout-without-credentials
     Every `actions/checkout` sets `persist-credentials: false`, so no token
     is left in `.git/config` for the code that runs next.
@@ -62,9 +69,11 @@ RULES = (
     "pr-concurrency",
     "runner-labels",
     "checkout-without-credentials",
+    "trusted-runners-apart",
 )
 
 PHYFARM_LABELS = ["self-hosted", "linux", "x64", "phyfarm"]
+TRUSTED_LABELS = ["self-hosted", "linux", "x64", "phyfarm-trusted"]
 PR_TRIGGERS = {"pull_request", "pull_request_target"}
 SHA_PIN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[^@\s]+)?@[0-9a-f]{40}$")
 VERSION_COMMENT = re.compile(r"#\s*v\d+(\.\d+){0,2}\b")
@@ -240,8 +249,36 @@ def check(path: Path, name: str | None = None) -> list[Violation]:
         lab = labels(job)
         if lab is None:
             v("runner-labels", where, "runs-on is an expression or a runner group")
-        elif "self-hosted" in lab and sorted(lab) != sorted(PHYFARM_LABELS):
-            v("runner-labels", where, f"runs-on {lab}, must be exactly {PHYFARM_LABELS}")
+        elif "self-hosted" in lab and sorted(lab) not in (
+            sorted(PHYFARM_LABELS),
+            sorted(TRUSTED_LABELS),
+        ):
+            v(
+                "runner-labels",
+                where,
+                f"runs-on {lab}, must be exactly {PHYFARM_LABELS} or {TRUSTED_LABELS}",
+            )
+        if lab is not None and "self-hosted" in lab:
+            trusted = "phyfarm-trusted" in lab
+            if pr_triggered and trusted:
+                v(
+                    "trusted-runners-apart",
+                    where,
+                    "a pull-request workflow runs on the trusted runner group",
+                )
+            perms = job.get("permissions")
+            extra = perms == "write-all" or (
+                isinstance(perms, dict)
+                and any(k != "contents" or str(val) != "read" for k, val in perms.items())
+            )
+            holds_token = extra or bool(SECRET_REF.search(yaml.safe_dump(job)))
+            if not pr_triggered and holds_token and not trusted:
+                v(
+                    "trusted-runners-apart",
+                    where,
+                    "holds a token or extra permissions on the pull-request runners "
+                    "(use phyfarm-trusted)",
+                )
 
         for i, step in enumerate(steps(job)):
             swhere = f"{where}.steps[{i}]" + (f" ({step['name']})" if "name" in step else "")
