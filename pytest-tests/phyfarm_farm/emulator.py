@@ -31,6 +31,8 @@ class Emulator:
             f"dgram:unix:{self.emu_wire},unix:{self.partner_wire}",
             "--ctl",
             str(self.ctl_path),
+            "--capture-dir",
+            str(logdir),
             "--ready-file",
             str(self.ready_file),
             "--on-disconnect",

@@ -44,7 +44,7 @@ Control socket (--ctl): JSON lines, one reply line per request, e.g.
   {\"cmd\":\"link\",\"up\":false}   {\"cmd\":\"partner\",\"modes\":[\"10full\"],\"pause\":false}
   {\"cmd\":\"quirks\",\"lpa_zero\":true}   {\"cmd\":\"impair\",\"loss\":0.01,\"seed\":7}
   {\"cmd\":\"cable\",\"state\":\"open\",\"distance_m\":12}   {\"cmd\":\"counters\"}
-  {\"cmd\":\"pcap\",\"action\":\"start\",\"path\":\"wire.pcap\"}   {\"cmd\":\"phy\"}
+  {\"cmd\":\"pcap\",\"action\":\"start\",\"path\":\"wire.pcap\"} (in --capture-dir)   {\"cmd\":\"phy\"}
   {\"cmd\":\"describe\"}   {\"cmd\":\"usb\",\"action\":\"unplug\"}   {\"cmd\":\"ping\"}
 
 Addresses: unix:PATH, a path containing '/', or HOST:PORT (tcp: / udp: prefixes
@@ -74,9 +74,15 @@ pub struct Cli {
     /// Where Ethernet frames go (see above).
     #[arg(long, value_name = "SPEC", default_value = "none")]
     pub wire: WireSpec,
-    /// Control socket (unix path) for JSON-line commands.
+    /// Control socket (unix path) for JSON-line commands. It is created
+    /// 0600 in a directory only this user may enter (made 0700 if missing);
+    /// a live socket at the path is never replaced.
     #[arg(long, value_name = "PATH")]
     pub ctl: Option<PathBuf>,
+    /// Directory `pcap start` writes captures in (new files only); without
+    /// it the control socket cannot start a capture.
+    #[arg(long, value_name = "DIR")]
+    pub capture_dir: Option<PathBuf>,
     /// Write the readiness JSON here once every socket is bound.
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
@@ -175,6 +181,7 @@ pub struct Settings {
     pub connect_timeout: Duration,
     pub wire: WireSpec,
     pub ctl: Option<PathBuf>,
+    pub capture_dir: Option<PathBuf>,
     pub ready_file: Option<PathBuf>,
     pub pcap: Option<PathBuf>,
     pub link_down: bool,
@@ -216,6 +223,7 @@ impl Cli {
             connect_timeout: Duration::from_secs(self.connect_timeout),
             wire: self.wire,
             ctl: self.ctl,
+            capture_dir: self.capture_dir,
             ready_file: self.ready_file,
             pcap: self.pcap,
             link_down: self.link_down,

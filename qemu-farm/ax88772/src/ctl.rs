@@ -6,7 +6,11 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::device::Device;
@@ -76,6 +80,102 @@ pub enum UsbAction {
     Unplug,
 }
 
+/// What control requests may touch besides the device: the socket
+/// addresses for `describe` and the directory captures are written in.
+pub struct CtlEnv {
+    pub about: Value,
+    capture: Option<(PathBuf, OwnedFd)>,
+}
+
+impl CtlEnv {
+    /// Open the capture directory once; `pcap start` files go there only.
+    pub fn new(
+        about: Value,
+        capture_dir: Option<PathBuf>,
+    ) -> Result<CtlEnv, (String, std::io::Error)> {
+        let capture = match capture_dir {
+            None => None,
+            Some(d) => {
+                let c = CString::new(d.as_os_str().as_bytes())
+                    .map_err(|e| (d.display().to_string(), std::io::Error::other(e)))?;
+                // SAFETY: c is a valid NUL-terminated path; the descriptor
+                // returned is owned by the OwnedFd below.
+                let fd = unsafe {
+                    libc::open(
+                        c.as_ptr(),
+                        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    return Err((d.display().to_string(), std::io::Error::last_os_error()));
+                }
+                // SAFETY: fd is a fresh descriptor nobody else owns.
+                Some((d, unsafe { OwnedFd::from_raw_fd(fd) }))
+            }
+        };
+        Ok(CtlEnv { about, capture })
+    }
+
+    /// An environment without a capture directory (tests).
+    pub fn bare(about: Value) -> CtlEnv {
+        CtlEnv {
+            about,
+            capture: None,
+        }
+    }
+
+    /// Create a new capture file: a plain name (or a path naming a file
+    /// directly inside the capture directory), opened with O_CREAT|O_EXCL|
+    /// O_NOFOLLOW, so nothing outside the directory is written and no
+    /// existing file or link is followed or truncated.
+    fn create_capture(&self, p: &Path) -> Result<(File, PathBuf), String> {
+        let Some((dir, fd)) = &self.capture else {
+            return Err("pcap start needs the emulator started with --capture-dir".into());
+        };
+        let rel = if p.is_absolute() {
+            p.strip_prefix(dir).map_err(|_| {
+                format!(
+                    "{} is not inside the capture directory {}",
+                    p.display(),
+                    dir.display()
+                )
+            })?
+        } else {
+            p
+        };
+        let mut parts = rel.components();
+        let name = match (parts.next(), parts.next()) {
+            (Some(Component::Normal(n)), None) => n,
+            _ => {
+                return Err(format!(
+                    "{} must name a file directly inside the capture directory {}",
+                    p.display(),
+                    dir.display()
+                ))
+            }
+        };
+        let c = CString::new(name.as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: fd is the open capture directory, c a valid file name.
+        let f = unsafe {
+            libc::openat(
+                fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if f < 0 {
+            return Err(format!(
+                "{}: {}",
+                p.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: f is a fresh descriptor nobody else owns.
+        Ok((unsafe { File::from_raw_fd(f) }, dir.join(name)))
+    }
+}
+
 fn err(msg: impl std::fmt::Display) -> Value {
     json!({ "ok": false, "error": msg.to_string() })
 }
@@ -90,9 +190,9 @@ fn ok(mut v: Value) -> Value {
 }
 
 /// Answer one request line. `about` is merged into `describe` replies.
-pub fn handle_line(dev: &mut Device, now: Instant, line: &str, about: &Value) -> String {
+pub fn handle_line(dev: &mut Device, now: Instant, line: &str, env: &CtlEnv) -> String {
     let v = match serde_json::from_str::<Request>(line.trim()) {
-        Ok(r) => handle(dev, now, r, about),
+        Ok(r) => handle(dev, now, r, env),
         Err(e) => err(format!("bad request: {e}")),
     };
     v.to_string()
@@ -106,7 +206,7 @@ fn prob(name: &str, p: Option<f64>, old: f64) -> Result<f64, Value> {
     }
 }
 
-pub fn handle(dev: &mut Device, now: Instant, r: Request, about: &Value) -> Value {
+pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value {
     match r {
         Request::Ping => ok(json!({})),
         Request::Link { up } => {
@@ -199,9 +299,12 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, about: &Value) -> Valu
         Request::Pcap {
             action: PcapAction::Start,
             path: Some(p),
-        } => match dev.pcap_start(&p) {
-            Ok(()) => ok(json!({ "pcap": p })),
-            Err(e) => err(format!("pcap {}: {e}", p.display())),
+        } => match env.create_capture(&p) {
+            Ok((file, full)) => match dev.pcap_start_file(file, &full) {
+                Ok(()) => ok(json!({ "pcap": full })),
+                Err(e) => err(format!("pcap {}: {e}", full.display())),
+            },
+            Err(e) => err(format!("pcap: {e}")),
         },
         Request::Pcap {
             action: PcapAction::Start,
@@ -226,7 +329,7 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, about: &Value) -> Valu
             "mac_registers": dev.mac(),
             "impair": dev.impair_config(),
             "pcap": dev.pcap_path(),
-            "about": about,
+            "about": env.about,
         })),
         Request::Usb { action } => {
             match action {
@@ -253,7 +356,7 @@ mod tests {
     }
 
     fn ask(d: &mut Device, t: Instant, line: &str) -> Value {
-        serde_json::from_str(&handle_line(d, t, line, &json!({}))).unwrap()
+        serde_json::from_str(&handle_line(d, t, line, &CtlEnv::bare(json!({})))).unwrap()
     }
 
     #[test]
@@ -317,21 +420,105 @@ mod tests {
         assert_eq!(r["version"], env!("CARGO_PKG_VERSION"));
     }
 
+    fn capture_dir(name: &str) -> (PathBuf, CtlEnv) {
+        let d = std::env::temp_dir().join(format!("ax-ctl-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let env = CtlEnv::new(json!({}), Some(d.clone())).unwrap();
+        (d, env)
+    }
+
+    fn ask_in(d: &mut Device, t: Instant, env: &CtlEnv, v: Value) -> Value {
+        serde_json::from_str(&handle_line(d, t, &v.to_string(), env)).unwrap()
+    }
+
     #[test]
     fn pcap_start_stop() {
         let (mut d, t) = dev();
-        let p = std::env::temp_dir().join(format!("ax-ctl-{}.pcap", std::process::id()));
-        let line = json!({"cmd":"pcap","action":"start","path":p}).to_string();
-        assert_eq!(ask(&mut d, t, &line)["ok"], true);
+        let (dir, env) = capture_dir("ok");
+        let p = dir.join("wire.pcap");
+        let r = ask_in(
+            &mut d,
+            t,
+            &env,
+            json!({"cmd":"pcap","action":"start","path":p}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
         d.wire_frame(t, vec![0xff; 60]);
-        let r = ask(&mut d, t, r#"{"cmd":"pcap","action":"stop"}"#);
+        let r = ask_in(&mut d, t, &env, json!({"cmd":"pcap","action":"stop"}));
         assert_eq!(r["frames"], 1);
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 24 + 16 + 60);
-        std::fs::remove_file(&p).unwrap();
+        // A relative name lands in the capture directory too.
+        let r = ask_in(
+            &mut d,
+            t,
+            &env,
+            json!({"cmd":"pcap","action":"start","path":"b.pcap"}),
+        );
+        assert_eq!(r["pcap"], json!(dir.join("b.pcap")));
+        ask_in(&mut d, t, &env, json!({"cmd":"pcap","action":"stop"}));
+        assert!(dir.join("b.pcap").exists());
         assert_eq!(
             ask(&mut d, t, r#"{"cmd":"pcap","action":"start"}"#)["ok"],
             false
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pcap_writes_only_new_files_inside_the_capture_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        let (mut d, t) = dev();
+        let (dir, env) = capture_dir("guard");
+        let outside = dir.with_extension("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        std::fs::write(dir.join("old.pcap"), b"keep").unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("link.pcap")).unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        for path in [
+            json!(outside),
+            json!("../x.pcap"),
+            json!(dir.join("../y.pcap")),
+            json!("sub/z.pcap"),
+            json!("old.pcap"),
+            json!("link.pcap"),
+            json!("/etc/passwd"),
+            json!(""),
+        ] {
+            let r = ask_in(
+                &mut d,
+                t,
+                &env,
+                json!({"cmd":"pcap","action":"start","path":path}),
+            );
+            assert_eq!(r["ok"], false, "{path} accepted: {r}");
+            assert!(r["error"].as_str().unwrap().starts_with("pcap"), "{r}");
+        }
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        assert_eq!(std::fs::read(dir.join("old.pcap")).unwrap(), b"keep");
+        assert!(!dir.join("sub/z.pcap").exists());
+        let r = ask_in(
+            &mut d,
+            t,
+            &env,
+            json!({"cmd":"pcap","action":"start","path":"new.pcap"}),
+        );
+        assert_eq!(r["ok"], true);
+        let mode = std::fs::metadata(dir.join("new.pcap"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Without a capture directory nothing is written anywhere.
+        let r = ask(
+            &mut d,
+            t,
+            &json!({"cmd":"pcap","action":"start","path":dir.join("n.pcap")}).to_string(),
+        );
+        assert_eq!(r["ok"], false);
+        assert!(r["error"].as_str().unwrap().contains("--capture-dir"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&outside).unwrap();
     }
 
     #[test]

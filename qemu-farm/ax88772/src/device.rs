@@ -16,6 +16,7 @@ use crate::framing::{self, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
 use crate::impair::{Fate, Impair, ImpairConfig};
 use crate::mac::{Addr0, Effects, Mac, Reply, Setup};
 use crate::pcap::Pcap;
+use crate::pending::{Pending, Refused};
 use crate::phy::{Partner, Phy, Quirks};
 use crate::{log_i, log_t, log_w};
 
@@ -30,6 +31,19 @@ pub const OUR_CAPS: Caps = Caps(0x7a);
 /// left the wire idle: in-guest TCP reached 80-88% of the line rate, against
 /// 95-100% with 10 ms (bench/guest-throughput.sh, 2 loaded cores).
 pub const DEFAULT_PACE_BURST: Duration = Duration::from_millis(10);
+
+/// Frames the MAC holds for the wire (about 190 kB, 15 ms at 100 Mbit/s,
+/// more than the pacer's default burst). A bulk OUT is taken in only when
+/// its frames find room here; until then it waits, unparsed.
+pub const TX_QUEUE_FRAMES: usize = 128;
+/// Bulk OUT transfers waiting for room in the TX queue. The event loop
+/// stops reading from QEMU at [`OUT_WAIT_HIGH`], so a peer that keeps
+/// sending meets back-pressure, not loss.
+pub const OUT_WAIT_MAX: usize = 64;
+pub const OUT_WAIT_HIGH: usize = 48;
+/// Bulk IN requests held at once; more are answered with an I/O error
+/// (Linux's usbnet keeps about 60 in flight).
+pub const BULK_IN_MAX: usize = 1024;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceConfig {
@@ -110,6 +124,7 @@ pub struct Counters {
     pub bulk_out_transfers: u64,
     pub bulk_in_transfers: u64,
     pub bulk_cancelled: u64,
+    pub bulk_refused: u64,
     pub control_requests: u64,
     pub control_stalls: u64,
     pub interrupt_packets: u64,
@@ -130,8 +145,9 @@ pub struct Device {
     int_receiving: bool,
     int_id: u64,
     reported_link: Option<bool>,
-    bulk_in: VecDeque<(u64, u32)>,
-    out_done: VecDeque<(u64, u32, Instant)>,
+    bulk_in: Pending<u32>,
+    out_wait: Pending<Vec<u8>>,
+    out_done: Pending<(u32, Instant)>,
     tx_parser: TxParser,
     tx_queue: VecDeque<(Instant, Vec<u8>)>,
     rx_queue: VecDeque<(Instant, Vec<u8>)>,
@@ -164,8 +180,9 @@ impl Device {
             int_receiving: false,
             int_id: 0,
             reported_link: None,
-            bulk_in: VecDeque::new(),
-            out_done: VecDeque::new(),
+            bulk_in: Pending::new(BULK_IN_MAX),
+            out_wait: Pending::new(OUT_WAIT_MAX),
+            out_done: Pending::new(OUT_WAIT_MAX + TX_QUEUE_FRAMES),
             tx_parser: TxParser::default(),
             tx_queue: VecDeque::new(),
             rx_queue: VecDeque::new(),
@@ -202,6 +219,22 @@ impl Device {
     /// Outstanding bulk IN requests.
     pub fn pending_bulk_in(&self) -> usize {
         self.bulk_in.len()
+    }
+
+    /// Bulk OUT transfers not yet completed (waiting or on their way).
+    pub fn pending_bulk_out(&self) -> usize {
+        self.out_wait.len() + self.out_done.len()
+    }
+
+    /// Frames queued towards the wire.
+    pub fn tx_queued(&self) -> usize {
+        self.tx_queue.len()
+    }
+
+    /// Whether the device takes more packets from QEMU now; the event loop
+    /// stops reading while it does not.
+    pub fn usb_room(&self) -> bool {
+        self.out_wait.len() < OUT_WAIT_HIGH
     }
 
     pub fn reset_counters(&mut self) {
@@ -242,6 +275,7 @@ impl Device {
         self.peer_caps = None;
         self.announced = false;
         self.awaiting_ack = false;
+        self.int_id = 0;
         self.power_on(false);
         self.usb_out.clear();
     }
@@ -253,12 +287,15 @@ impl Device {
     /// Power-on state of the chip; pending transfers are answered as
     /// cancelled when `answer` is set.
     fn power_on(&mut self, answer: bool) {
-        for (id, _) in std::mem::take(&mut self.bulk_in) {
+        for (id, _) in self.bulk_in.drain() {
             if answer {
                 self.send(id, cancelled(EP_BULK_IN));
             }
         }
-        for (id, _, _) in std::mem::take(&mut self.out_done) {
+        let outs: Vec<u64> = (self.out_done.drain().into_iter().map(|(id, _)| id))
+            .chain(self.out_wait.drain().into_iter().map(|(id, _)| id))
+            .collect();
+        for id in outs {
             if answer {
                 self.send(id, cancelled(EP_BULK_OUT));
             }
@@ -516,12 +553,10 @@ impl Device {
     }
 
     fn cancel(&mut self, id: u64) {
-        if let Some(i) = self.bulk_in.iter().position(|(x, _)| *x == id) {
-            self.bulk_in.remove(i);
+        if self.bulk_in.cancel(id) {
             self.counters.bulk_cancelled += 1;
             self.send(id, cancelled(EP_BULK_IN));
-        } else if let Some(i) = self.out_done.iter().position(|(x, _, _)| *x == id) {
-            self.out_done.remove(i);
+        } else if self.out_done.cancel(id) || self.out_wait.cancel(id) {
             self.counters.bulk_cancelled += 1;
             self.send(id, cancelled(EP_BULK_OUT));
         } else {
@@ -596,17 +631,69 @@ impl Device {
             self.send(id, Message::BulkPacket(m));
             return;
         }
-        if bp.endpoint == EP_BULK_IN {
-            self.bulk_in.push_back((id, bp.length));
+        let pushed = if bp.endpoint == EP_BULK_IN {
+            self.bulk_in.push(id, bp.length)
+        } else {
+            self.out_wait.push(id, bp.data)
+        };
+        if let Err(why) = pushed {
+            self.counters.bulk_refused += 1;
+            let status = match why {
+                Refused::Full => {
+                    log_w!(
+                        "usb: bulk_packet ep {:#04x} id {id:#x} refused: {} transfers already pending",
+                        bp.endpoint,
+                        if bp.endpoint == EP_BULK_IN { BULK_IN_MAX } else { OUT_WAIT_MAX }
+                    );
+                    Status::IOERROR
+                }
+                Refused::DuplicateId => {
+                    log_w!(
+                        "usb: bulk_packet ep {:#04x} id {id:#x} refused: that id is already pending",
+                        bp.endpoint
+                    );
+                    Status::INVAL
+                }
+            };
+            let m = BulkPacket {
+                endpoint: bp.endpoint,
+                status,
+                ..Default::default()
+            };
+            self.send(id, Message::BulkPacket(m));
             return;
         }
+        if bp.endpoint == EP_BULK_OUT {
+            self.admit_outs();
+        }
+    }
+
+    /// Take waiting bulk OUTs in while the TX queue has room; each
+    /// completes once its last frame has left. Returns whether any was.
+    fn admit_outs(&mut self) -> bool {
+        let mut any = false;
+        while self.tx_queue.len() < TX_QUEUE_FRAMES && !self.out_done.is_full() {
+            let Some((id, data)) = self.out_wait.pop_front() else {
+                break;
+            };
+            let ready = self.bulk_out(&data);
+            let pushed = self.out_done.push(id, (data.len() as u32, ready));
+            debug_assert!(pushed.is_ok(), "ids are unique across the OUT queues");
+            any = true;
+        }
+        any
+    }
+
+    /// Parse one bulk OUT transfer and queue its frames; returns when the
+    /// last of them leaves.
+    fn bulk_out(&mut self, data: &[u8]) -> Instant {
         self.counters.bulk_out_transfers += 1;
-        let o = self.tx_parser.push(&bp.data);
+        let o = self.tx_parser.push(data);
         if o.bad_header {
             self.counters.tx_errors += 1;
             log_w!(
                 "tx: bad ASIX header in a {}-byte transfer; rest dropped",
-                bp.data.len()
+                data.len()
             );
         }
         self.counters.tx_errors += u64::from(o.oversized);
@@ -616,7 +703,7 @@ impl Device {
                 ready = ready.max(t);
             }
         }
-        self.out_done.push_back((id, bp.data.len() as u32, ready));
+        ready
     }
 
     /// Send a guest frame towards the wire; returns when it has left.
@@ -734,15 +821,20 @@ impl Device {
                 self.send(id, Message::InterruptPacket(p));
             }
         }
-        while self.tx_queue.front().is_some_and(|(t, _)| *t <= now) {
-            if let Some((_, f)) = self.tx_queue.pop_front() {
-                self.counters.tx_frames += 1;
-                self.counters.tx_bytes += f.len() as u64;
-                self.capture(&f);
-                self.wire_out.push(f);
+        loop {
+            while self.tx_queue.front().is_some_and(|(t, _)| *t <= now) {
+                if let Some((_, f)) = self.tx_queue.pop_front() {
+                    self.counters.tx_frames += 1;
+                    self.counters.tx_bytes += f.len() as u64;
+                    self.capture(&f);
+                    self.wire_out.push(f);
+                }
+            }
+            if !self.admit_outs() {
+                break;
             }
         }
-        while let Some(&(id, len, t)) = self.out_done.front() {
+        while let Some((id, &(len, t))) = self.out_done.front() {
             if t > now {
                 break;
             }
@@ -760,7 +852,7 @@ impl Device {
         if let Some((t, _)) = self.tx_queue.front() {
             consider(*t);
         }
-        if let Some((_, _, t)) = self.out_done.front() {
+        if let Some((_, (_, t))) = self.out_done.front() {
             consider(*t);
         }
         if !self.bulk_in.is_empty() {
@@ -772,7 +864,14 @@ impl Device {
     }
 
     fn fill_bulk_in(&mut self, now: Instant) {
-        while let Some(&(id, len)) = self.bulk_in.front() {
+        // The RX gate (RX_CTL.SO, MEDIUM.RE) applies at delivery too:
+        // frames queued before the guest closed it never reach it.
+        if !self.mac.rx_enabled() && !self.rx_queue.is_empty() {
+            self.counters.rx_dropped_gated += self.rx_queue.len() as u64;
+            self.rx_queue.clear();
+            return;
+        }
+        while let Some((id, &len)) = self.bulk_in.front() {
             if !self.rx_queue.front().is_some_and(|(t, _)| *t <= now) {
                 break;
             }
@@ -784,15 +883,6 @@ impl Device {
                 }
                 let rl = framing::rx_record_len(f.len());
                 if buf.len() + rl > cap {
-                    if buf.is_empty() {
-                        log_w!(
-                            "rx: {}-byte frame does not fit a {len}-byte request; dropped",
-                            f.len()
-                        );
-                        self.counters.rx_too_big_for_request += 1;
-                        self.rx_queue.pop_front();
-                        continue;
-                    }
                     break;
                 }
                 if let Some((_, f)) = self.rx_queue.pop_front() {
@@ -801,10 +891,25 @@ impl Device {
                     self.counters.rx_bytes += f.len() as u64;
                 }
             }
+            self.bulk_in.pop_front();
             if buf.is_empty() {
+                // The request cannot hold the next record: the chip's
+                // packet overflows it (babble), and that frame is gone.
+                if let Some((_, f)) = self.rx_queue.pop_front() {
+                    log_w!(
+                        "rx: {}-byte frame does not fit a {len}-byte request; request babbles, frame dropped",
+                        f.len()
+                    );
+                }
+                self.counters.rx_too_big_for_request += 1;
+                let m = BulkPacket {
+                    endpoint: EP_BULK_IN,
+                    status: Status::BABBLE,
+                    ..Default::default()
+                };
+                self.send(id, Message::BulkPacket(m));
                 continue;
             }
-            self.bulk_in.pop_front();
             self.counters.bulk_in_transfers += 1;
             let m = BulkPacket {
                 endpoint: EP_BULK_IN,
@@ -829,6 +934,14 @@ impl Device {
     pub fn pcap_start(&mut self, path: &Path) -> std::io::Result<()> {
         self.pcap_stop()?;
         self.pcap = Some(Pcap::create(path)?);
+        Ok(())
+    }
+
+    /// Capture into a file the caller opened (the control socket opens it
+    /// inside the capture directory).
+    pub fn pcap_start_file(&mut self, file: std::fs::File, path: &Path) -> std::io::Result<()> {
+        self.pcap_stop()?;
+        self.pcap = Some(Pcap::new(file, path)?);
         Ok(())
     }
 

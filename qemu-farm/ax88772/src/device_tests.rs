@@ -268,9 +268,18 @@ fn never_more_than_asked() {
         128,
         "two 64-byte records fit 130"
     );
+    t.d.wire_frame(t.t, frame(MAC, 61));
     let out = t.send(2, bulk_in(10));
-    assert!(out.is_empty(), "a 60-byte frame never fits 10 bytes");
+    assert_eq!(out.len(), 1, "a request too short for any record completes");
+    assert_eq!(bulk_reply(&out[0]).status, Status::BABBLE);
+    assert!(bulk_reply(&out[0]).data.is_empty());
     assert_eq!(t.d.counters().rx_too_big_for_request, 1);
+    // Only the frame that overflowed it is gone; the next request gets the rest.
+    let out = t.send(3, bulk_in(2048));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(b.status, Status::SUCCESS);
+    assert_eq!(&b.data[..4], &framing::header(61));
+    assert_eq!(b.data.len(), 4 + 62);
 }
 
 #[test]

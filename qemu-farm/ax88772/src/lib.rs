@@ -13,6 +13,7 @@ pub mod log;
 pub mod mac;
 pub mod net;
 pub mod pcap;
+pub mod pending;
 pub mod phy;
 pub mod server;
 pub mod wire;

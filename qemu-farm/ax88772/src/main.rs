@@ -34,7 +34,8 @@ fn run() -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("pcap {}: {e}", p.display()))?;
     }
     let wire = wire::open(&s.wire).map_err(|e| anyhow::anyhow!("wire {}: {e}", s.wire))?;
-    let mut server = Server::new(dev, wire, s.role, s.on_disconnect, s.ctl)?;
+    let mut server =
+        Server::with_capture_dir(dev, wire, s.role, s.on_disconnect, s.ctl, s.capture_dir)?;
     server.set_connect_timeout(s.connect_timeout);
     server.announce_ready(s.ready_file.as_ref())?;
     server.run()?;

@@ -7,6 +7,43 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use crate::addr::SockAddr;
 
+/// How long a TCP connect may hold the event loop.
+const TCP_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Make way for binding a unix socket at `p`: nothing there is fine; a
+/// stale socket (nobody accepts on it) is removed; a live socket, or a
+/// file that is not a socket, is left alone and reported.
+pub fn remove_stale_socket(p: &std::path::Path, stream: bool) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let m = match std::fs::symlink_metadata(p) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) => m,
+    };
+    if !m.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", p.display()),
+        ));
+    }
+    let probe = if stream {
+        UnixStream::connect(p).map(drop)
+    } else {
+        std::os::unix::net::UnixDatagram::unbound().and_then(|d| d.connect(p))
+    };
+    match probe {
+        Ok(()) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "{} is a live socket (another emulator?); not replaced",
+                p.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(p),
+        Err(e) => Err(e),
+    }
+}
+
 pub enum Conn {
     Unix(UnixStream),
     Tcp(TcpStream),
@@ -17,7 +54,19 @@ impl Conn {
         let c = match a {
             SockAddr::Unix(p) => Conn::Unix(UnixStream::connect(p)?),
             SockAddr::Inet(h) => {
-                let s = TcpStream::connect(h)?;
+                use std::net::ToSocketAddrs;
+                let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{h}: no address"));
+                let mut found = None;
+                for a in h.to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&a, TCP_CONNECT_TIMEOUT) {
+                        Ok(s) => {
+                            found = Some(s);
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                let s = found.ok_or(last)?;
                 s.set_nodelay(true)?;
                 Conn::Tcp(s)
             }
@@ -74,10 +123,7 @@ impl Listener {
     pub fn bind(a: &SockAddr) -> io::Result<Listener> {
         let l = match a {
             SockAddr::Unix(p) => {
-                use std::os::unix::fs::FileTypeExt;
-                if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()) {
-                    std::fs::remove_file(p)?;
-                }
+                remove_stale_socket(p, true)?;
                 Listener::Unix(UnixListener::bind(p)?, p.clone())
             }
             SockAddr::Inet(h) => Listener::Tcp(TcpListener::bind(h)?),

@@ -13,7 +13,12 @@ pub struct Pcap {
 
 impl Pcap {
     pub fn create(path: &Path) -> io::Result<Pcap> {
-        let mut out = BufWriter::new(File::create(path)?);
+        Pcap::new(File::create(path)?, path)
+    }
+
+    /// Write a capture to an already opened file (`path` names it).
+    pub fn new(file: File, path: &Path) -> io::Result<Pcap> {
+        let mut out = BufWriter::new(file);
         let mut h = Vec::with_capacity(24);
         h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
         h.extend_from_slice(&2u16.to_le_bytes());

@@ -14,7 +14,7 @@ use thiserror::Error;
 use usbredir::{Codec, Role};
 
 use crate::addr::SockAddr;
-use crate::ctl;
+use crate::ctl::{self, CtlEnv};
 use crate::device::{Device, OUR_CAPS};
 use crate::net::{Conn, Listener};
 use crate::wire::Wire;
@@ -68,11 +68,23 @@ pub enum OnDisconnect {
     Wait,
 }
 
+/// Bytes queued towards QEMU above which the loop stops reading from it
+/// (and from the wire): a peer that does not read gets back-pressure.
+pub const USB_OUT_HIGH: usize = 1 << 20;
+/// Control clients served at once; more are told so and closed.
+pub const CTL_CLIENTS_MAX: usize = 16;
+/// Reply bytes queued towards one control client above which its
+/// requests wait until it reads.
+pub const CTL_OUT_HIGH: usize = 256 * 1024;
+/// How long accepting pauses when the process is out of descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
 struct CtlClient {
     s: UnixStream,
     inbuf: Vec<u8>,
     out: Vec<u8>,
     discarding: bool,
+    eof: bool,
     closed: bool,
 }
 
@@ -92,22 +104,80 @@ pub struct Server {
     finished: bool,
     ctl_listener: Option<(UnixListener, PathBuf)>,
     ctl_clients: Vec<CtlClient>,
-    about: Value,
+    env: CtlEnv,
     clock: Clock,
+    accept_after: Instant,
 }
 
 /// Where the loop reads the time; tests drive the model's clock by hand.
 pub type Clock = Box<dyn Fn() -> Instant + Send>;
 
-/// Bind a unix listener, replacing a stale socket file.
-fn bind_unix(p: &std::path::Path) -> io::Result<UnixListener> {
-    use std::os::unix::fs::FileTypeExt;
-    if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()) {
-        std::fs::remove_file(p)?;
+/// Bind the control socket: mode 0600, in a directory only this user can
+/// enter (created 0700 when missing), never replacing a live socket.
+fn bind_ctl(p: &std::path::Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?,
+        Err(e) => return Err(e),
+        Ok(m) => {
+            if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} must be a directory owned by uid {uid} with mode 0700 (it is {}, mode {:o}, uid {})",
+                        dir.display(),
+                        if m.is_dir() { "a directory" } else { "not a directory" },
+                        m.mode() & 0o7777,
+                        m.uid()
+                    ),
+                ));
+            }
+        }
     }
-    let l = UnixListener::bind(p)?;
+    crate::net::remove_stale_socket(p, true)?;
+    // SAFETY: umask only swaps the process's file creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(p);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let l = l?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))?;
     l.set_nonblocking(true)?;
     Ok(l)
+}
+
+/// The uid at the other end of a unix socket.
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are valid for writes of the sizes passed.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+fn out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 const HELLO_VERSION: &str = concat!("phyfarm ax88772-emu ", env!("CARGO_PKG_VERSION"));
@@ -121,6 +191,18 @@ impl Server {
         on_disconnect: OnDisconnect,
         ctl_path: Option<PathBuf>,
     ) -> Result<Server, ServerError> {
+        Server::with_capture_dir(dev, wire, role, on_disconnect, ctl_path, None)
+    }
+
+    /// [`Server::new`], with `pcap start` writing under `capture_dir`.
+    pub fn with_capture_dir(
+        dev: Device,
+        wire: Box<dyn Wire>,
+        role: UsbRole,
+        on_disconnect: OnDisconnect,
+        ctl_path: Option<PathBuf>,
+        capture_dir: Option<PathBuf>,
+    ) -> Result<Server, ServerError> {
         let usb_listener = match &role {
             UsbRole::Listen(a) => Some(Listener::bind(a).map_err(|source| ServerError::Bind {
                 addr: a.to_string(),
@@ -130,7 +212,7 @@ impl Server {
         };
         let ctl_listener = match ctl_path {
             Some(p) => Some((
-                bind_unix(&p).map_err(|source| ServerError::Bind {
+                bind_ctl(&p).map_err(|source| ServerError::Bind {
                     addr: p.display().to_string(),
                     source,
                 })?,
@@ -149,7 +231,10 @@ impl Server {
             "ctl": ctl_listener.as_ref().map(|(_, p)| p.clone()),
             "caps": OUR_CAPS.0,
             "pid": std::process::id(),
+            "capture_dir": capture_dir,
         });
+        let env = CtlEnv::new(about, capture_dir)
+            .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
         Ok(Server {
             dev,
             codec: Codec::new(Role::Host, OUR_CAPS),
@@ -166,8 +251,9 @@ impl Server {
             finished: false,
             ctl_listener,
             ctl_clients: Vec::new(),
-            about,
+            env,
             clock: Box::new(Instant::now),
+            accept_after: now,
         })
     }
 
@@ -187,16 +273,16 @@ impl Server {
 
     /// Where things are, for the readiness line and `describe`.
     pub fn about(&self) -> &Value {
-        &self.about
+        &self.env.about
     }
 
     /// Print the readiness line and write `ready_file` (atomically).
     pub fn announce_ready(&self, ready_file: Option<&PathBuf>) -> Result<(), ServerError> {
-        log_i!("ready {}", self.about);
+        log_i!("ready {}", self.env.about);
         if let Some(p) = ready_file {
             let tmp = p.with_extension("tmp");
             let write = || -> io::Result<()> {
-                std::fs::write(&tmp, format!("{}\n", self.about))?;
+                std::fs::write(&tmp, format!("{}\n", self.env.about))?;
                 std::fs::rename(&tmp, p)
             };
             write().map_err(|source| ServerError::ReadyFile {
@@ -292,6 +378,8 @@ impl Server {
     /// return how long the loop may sleep before the next deadline. Nothing
     /// the device produced stays behind while the loop sleeps.
     pub fn prepare(&mut self, now: Instant) -> Duration {
+        // Packets held back while the device had no room.
+        self.decode();
         let next = self.dev.poll(now);
         self.flush_device(now);
         let mut timeout = Duration::from_millis(1000);
@@ -304,7 +392,21 @@ impl Server {
         if self.conn.is_none() && matches!(self.role, UsbRole::Connect(_)) {
             timeout = timeout.min(self.next_connect.saturating_duration_since(now));
         }
+        if self.accept_after > now {
+            timeout = timeout.min(self.accept_after - now);
+        }
         timeout
+    }
+
+    /// Whether the loop reads from QEMU: its output is below the
+    /// high-water mark and the device has room for more transfers.
+    fn takes_usb_input(&self) -> bool {
+        self.usb_out.len() < USB_OUT_HIGH && self.dev.usb_room()
+    }
+
+    /// Bytes waiting to be written to QEMU.
+    pub fn usb_backlog(&self) -> usize {
+        self.usb_out.len()
     }
 
     /// One turn of the loop: wait for something, then handle it. Every
@@ -322,20 +424,24 @@ impl Server {
             });
             fds.len() - 1
         };
+        let takes_input = self.takes_usb_input();
         let usb_i = self.conn.as_ref().map(|c| {
             let out = if self.usb_out.is_empty() {
                 0
             } else {
                 libc::POLLOUT
             };
-            add(c.as_raw_fd(), libc::POLLIN | out)
+            let inp = if takes_input { libc::POLLIN } else { 0 };
+            add(c.as_raw_fd(), inp | out)
         });
+        let accepting = self.accept_after <= now;
         let lst_i = match (&self.conn, &self.usb_listener) {
-            (None, Some(l)) => Some(add(l.as_raw_fd(), libc::POLLIN)),
+            (None, Some(l)) if accepting => Some(add(l.as_raw_fd(), libc::POLLIN)),
             _ => None,
         };
+        let wire_room = self.dev.rx_room() && self.usb_out.len() < USB_OUT_HIGH;
         let wire_i = self.wire.fd().map(|fd| {
-            let inp = if self.dev.rx_room() { libc::POLLIN } else { 0 };
+            let inp = if wire_room { libc::POLLIN } else { 0 };
             let out = if self.wire.wants_write() {
                 libc::POLLOUT
             } else {
@@ -343,16 +449,24 @@ impl Server {
             };
             add(fd, inp | out)
         });
-        let ctl_i = self
-            .ctl_listener
-            .as_ref()
-            .map(|(l, _)| add(l.as_raw_fd(), libc::POLLIN));
+        let ctl_i = match &self.ctl_listener {
+            Some((l, _)) if accepting => Some(add(l.as_raw_fd(), libc::POLLIN)),
+            _ => None,
+        };
         let client_base = fds.len();
         for c in &self.ctl_clients {
-            let out = if c.out.is_empty() { 0 } else { libc::POLLOUT };
+            // Requests already read but not answered (replies were piling
+            // up): wake when the client can take more.
+            let work = !c.out.is_empty() || c.inbuf.contains(&b'\n');
+            let out = if work { libc::POLLOUT } else { 0 };
+            let inp = if c.eof || c.out.len() >= CTL_OUT_HIGH {
+                0
+            } else {
+                libc::POLLIN
+            };
             fds.push(libc::pollfd {
                 fd: c.s.as_raw_fd(),
-                events: libc::POLLIN | out,
+                events: inp | out,
                 revents: 0,
             });
         }
@@ -400,18 +514,24 @@ impl Server {
                         self.open_transport(c, now)
                     }
                     Ok(None) => {}
-                    Err(e) => log_w!("usb: accept: {e}"),
+                    Err(e) => {
+                        if out_of_fds(&e) {
+                            self.accept_after = self.now() + ACCEPT_PAUSE;
+                        }
+                        log_w!("usb: accept: {e}")
+                    }
                 }
             }
         }
-        if wire_i.is_none() || ready(wire_i, libc::POLLIN | hup) {
+        if wire_i.is_none() || (wire_room && ready(wire_i, libc::POLLIN | hup)) {
             self.read_wire();
         }
         if ready(wire_i, libc::POLLOUT) {
             self.wire.flush();
         }
         if ready(ctl_i, libc::POLLIN) {
-            self.accept_ctl();
+            let now = self.now();
+            self.accept_ctl(now);
         }
         if n > 0 {
             for i in 0..self.ctl_clients.len() {
@@ -431,6 +551,9 @@ impl Server {
     fn read_usb(&mut self) {
         let mut buf = [0u8; 65536];
         for _ in 0..16 {
+            if !self.takes_usb_input() {
+                return;
+            }
             let Some(c) = &mut self.conn else { return };
             match c.read(&mut buf) {
                 Ok(0) => return self.close_transport("end of stream", self.now()),
@@ -447,7 +570,10 @@ impl Server {
 
     /// Hand every complete packet to the device, each at its own time.
     fn decode(&mut self) {
-        while let Some(r) = self.codec.next_packet() {
+        while self.conn.is_some() && self.takes_usb_input() {
+            let Some(r) = self.codec.next_packet() else {
+                break;
+            };
             let now = self.now();
             match r {
                 Ok(p) => self.dev.handle(now, p),
@@ -526,66 +652,122 @@ impl Server {
         }
     }
 
-    fn accept_ctl(&mut self) {
+    fn accept_ctl(&mut self, now: Instant) {
         let Some((l, _)) = &self.ctl_listener else {
             return;
         };
-        while let Ok((s, _)) = l.accept() {
+        let mut fresh = Vec::new();
+        loop {
+            match l.accept() {
+                Ok((s, _)) => fresh.push(s),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if out_of_fds(&e) {
+                        log_w!("ctl: accept: {e}; accepting pauses for {ACCEPT_PAUSE:?}");
+                        self.accept_after = now + ACCEPT_PAUSE;
+                    }
+                    break;
+                }
+            }
+        }
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        for s in fresh {
+            match peer_uid(&s) {
+                Some(uid) if uid == me || uid == 0 => {}
+                other => {
+                    log_w!("ctl: connection from uid {other:?} refused (only uid {me} and root)");
+                    continue;
+                }
+            }
+            if self.ctl_clients.len() >= CTL_CLIENTS_MAX {
+                log_w!("ctl: connection refused: {CTL_CLIENTS_MAX} control clients already");
+                let e = json!({ "ok": false, "error": format!("too many control clients (at most {CTL_CLIENTS_MAX})") });
+                let _ = s.set_nonblocking(true);
+                let _ = (&s).write(format!("{e}\n").as_bytes());
+                continue;
+            }
             if s.set_nonblocking(true).is_ok() {
-                let c = CtlClient {
+                self.ctl_clients.push(CtlClient {
                     s,
                     inbuf: Vec::new(),
                     out: Vec::new(),
                     discarding: false,
+                    eof: false,
                     closed: false,
-                };
-                self.ctl_clients.push(c);
+                });
             }
         }
     }
 
+    /// Read a client's requests (a bounded amount per turn, none while its
+    /// replies pile up) and answer them.
     fn serve_ctl(&mut self, i: usize, now: Instant) {
         let mut buf = [0u8; 8192];
-        let c = &mut self.ctl_clients[i];
-        loop {
+        for _ in 0..8 {
+            self.ctl_lines(i, now);
+            let c = &mut self.ctl_clients[i];
+            Self::write_ctl(c);
+            if c.closed || c.eof || c.out.len() >= CTL_OUT_HIGH {
+                break;
+            }
             match c.s.read(&mut buf) {
-                Ok(0) => {
-                    c.closed = true;
-                    break;
-                }
+                Ok(0) => c.eof = true,
                 Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    c.closed = true;
-                    break;
-                }
+                Err(_) => c.closed = true,
             }
         }
-        while let Some(pos) = self.ctl_clients[i].inbuf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.ctl_clients[i].inbuf.drain(..=pos).collect();
-            if std::mem::take(&mut self.ctl_clients[i].discarding) {
+        self.ctl_lines(i, now);
+        let c = &mut self.ctl_clients[i];
+        Self::write_ctl(c);
+        if c.eof && c.out.is_empty() && !c.inbuf.contains(&b'\n') {
+            c.closed = true;
+        }
+    }
+
+    /// Answer the complete request lines of client `i` while its reply
+    /// queue is below the high-water mark. A line is measured before it is
+    /// split off: one longer than [`ctl::MAX_LINE`] gets an error reply.
+    fn ctl_lines(&mut self, i: usize, now: Instant) {
+        loop {
+            let c = &mut self.ctl_clients[i];
+            if c.closed || c.out.len() >= CTL_OUT_HIGH {
+                return;
+            }
+            let too_long = json!({ "ok": false, "error": format!("request longer than {} bytes", ctl::MAX_LINE) });
+            let Some(pos) = c.inbuf.iter().position(|&b| b == b'\n') else {
+                if c.inbuf.len() > ctl::MAX_LINE {
+                    c.inbuf.clear();
+                    if !c.discarding {
+                        c.discarding = true;
+                        log_w!("ctl: request longer than {} bytes refused", ctl::MAX_LINE);
+                        c.out.extend_from_slice(format!("{too_long}\n").as_bytes());
+                    }
+                }
+                return;
+            };
+            if std::mem::take(&mut c.discarding) {
+                c.inbuf.drain(..=pos);
                 continue;
             }
+            if pos > ctl::MAX_LINE {
+                c.inbuf.drain(..=pos);
+                log_w!("ctl: request longer than {} bytes refused", ctl::MAX_LINE);
+                c.out.extend_from_slice(format!("{too_long}\n").as_bytes());
+                continue;
+            }
+            let line: Vec<u8> = c.inbuf.drain(..=pos).collect();
             let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
             if text.trim().is_empty() {
                 continue;
             }
-            let reply = ctl::handle_line(&mut self.dev, now, &text, &self.about);
+            let reply = ctl::handle_line(&mut self.dev, now, &text, &self.env);
             let c = &mut self.ctl_clients[i];
             c.out.extend_from_slice(reply.as_bytes());
             c.out.push(b'\n');
         }
-        let c = &mut self.ctl_clients[i];
-        if c.inbuf.len() > ctl::MAX_LINE {
-            c.inbuf.clear();
-            if !c.discarding {
-                c.discarding = true;
-                let e = json!({ "ok": false, "error": format!("request longer than {} bytes", ctl::MAX_LINE) });
-                c.out.extend_from_slice(format!("{e}\n").as_bytes());
-            }
-        }
-        Self::write_ctl(c);
     }
 
     fn write_ctl(c: &mut CtlClient) {
@@ -642,6 +824,13 @@ mod tests {
 
     fn nanos(ts: libc::timespec) -> i64 {
         ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    }
+
+    #[test]
+    fn peer_credentials_name_our_uid() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(peer_uid(&a), Some(unsafe { libc::geteuid() }));
     }
 
     #[test]

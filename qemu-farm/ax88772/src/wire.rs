@@ -256,10 +256,7 @@ impl DgramWire {
     pub fn bind(local: &SockAddr, remote: &SockAddr) -> io::Result<DgramWire> {
         let sock = match (local, remote) {
             (SockAddr::Unix(l), SockAddr::Unix(r)) => {
-                use std::os::unix::fs::FileTypeExt;
-                if std::fs::symlink_metadata(l).is_ok_and(|m| m.file_type().is_socket()) {
-                    std::fs::remove_file(l)?;
-                }
+                crate::net::remove_stale_socket(l, false)?;
                 let s = UnixDatagram::bind(l)?;
                 s.set_nonblocking(true)?;
                 Dgram::Unix(s, r.clone())

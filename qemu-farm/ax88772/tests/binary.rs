@@ -12,6 +12,8 @@ fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ax-bin-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
+    // The control socket wants a directory only we can enter.
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     d
 }
 
@@ -153,4 +155,54 @@ fn connect_timeout_is_a_setup_error() {
 fn bad_arguments_exit_2() {
     let mut child = emu(&["--listen", "nonsense"]);
     assert_eq!(wait_exit(&mut child), 2);
+}
+
+#[test]
+fn control_socket_is_private_and_a_live_one_is_never_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tmpdir("ctlsec");
+    let dir = base.join("private");
+    let ctl = dir.join("ctl.sock");
+    let start = |name: &str| {
+        let ready = base.join(format!("{name}.json"));
+        let usb = format!("unix:{}", base.join(format!("{name}.sock")).display());
+        let c = emu(&[
+            "--listen",
+            &usb,
+            "--ctl",
+            ctl.to_str().unwrap(),
+            "--ready-file",
+            ready.to_str().unwrap(),
+        ]);
+        (c, ready)
+    };
+    let (mut first, ready) = start("a");
+    wait_for(&ready);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700, "directory created private");
+    assert_eq!(mode(&ctl), 0o600, "socket only for its owner");
+    // A second emulator on the same path refuses to start (exit 2).
+    let (mut second, _) = start("b");
+    assert_eq!(wait_exit(&mut second), 2);
+    let mut c = UnixStream::connect(&ctl).unwrap();
+    c.write_all(b"{\"cmd\":\"ping\"}\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(&c).read_line(&mut line).unwrap();
+    assert!(
+        line.contains("\"ok\":true"),
+        "the first still answers: {line}"
+    );
+    // Killed without cleanup: the stale socket is replaced.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(ctl.exists());
+    let (mut third, ready) = start("c");
+    wait_for(&ready);
+    third.kill().unwrap();
+    third.wait().unwrap();
+    // A directory others may enter is refused.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (mut fourth, _) = start("d");
+    assert_eq!(wait_exit(&mut fourth), 2);
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -9,12 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use usbredir::{Caps, Codec, ControlPacket, Hello, Message, Packet, Role};
+use usbredir::{BulkPacket, Caps, Codec, ControlPacket, Hello, Message, Packet, Role, Status};
 
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ax-hostile-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
+    // The control socket wants a directory only we can enter.
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     d
 }
 
@@ -34,7 +36,14 @@ impl Emu {
             "--ready-file".into(),
             ready.display().to_string(),
         ];
-        args.extend(extra.iter().map(|s| s.to_string()));
+        let ctl = dir.join("ctl.sock").display().to_string();
+        args.extend(extra.iter().map(|s| {
+            if *s == "CTL" {
+                ctl.clone()
+            } else {
+                s.to_string()
+            }
+        }));
         let child = Command::new(env!("CARGO_BIN_EXE_ax88772-emu"))
             .args(&args)
             .stderr(stderr)
@@ -42,6 +51,20 @@ impl Emu {
             .unwrap();
         wait_for(&ready);
         Emu { child, dir }
+    }
+
+    fn ctl(&self) -> Ctl {
+        let s = UnixStream::connect(self.dir.join("ctl.sock")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Ctl { s, buf: Vec::new() }
+    }
+
+    /// CPU time (user + system) the emulator used so far, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let rest = &s[s.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
     }
 
     fn rss_kb(&self) -> u64 {
@@ -129,6 +152,34 @@ impl Qemu {
         }
     }
 
+    /// Configuration 1, RX on, 100 Mbit/s full duplex.
+    fn configure(&mut self) {
+        self.send(Message::SetConfiguration { configuration: 1 });
+        for (req, val) in [(0x10, 0x0088), (0x1b, 0x0336)] {
+            self.send(Message::ControlPacket(ControlPacket {
+                requesttype: 0x40,
+                request: req,
+                value: val,
+                ..Default::default()
+            }));
+        }
+        let mut n = 0;
+        while n < 3 {
+            if matches!(
+                self.recv().msg,
+                Message::ControlPacket(_) | Message::ConfigurationStatus { .. }
+            ) {
+                n += 1;
+            }
+        }
+    }
+
+    /// Write `bytes` from another thread (a peer that writes regardless).
+    fn write_behind(&self, bytes: Vec<u8>) -> std::thread::JoinHandle<()> {
+        let mut s = self.s.try_clone().unwrap();
+        std::thread::spawn(move || s.write_all(&bytes).unwrap())
+    }
+
     /// A vendor IN request the chip does not know: STALL, and a log line.
     fn bad_request(&mut self) -> Message {
         Message::ControlPacket(ControlPacket {
@@ -201,4 +252,253 @@ fn a_stderr_nobody_reads_never_stalls_the_device_and_a_closed_one_never_kills_it
     q.ping();
     std::thread::sleep(Duration::from_millis(100));
     assert!(emu.alive(), "the emulator died after stderr closed");
+}
+
+struct Ctl {
+    s: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Ctl {
+    fn line(&mut self) -> String {
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let l: Vec<u8> = self.buf.drain(..=i).collect();
+                return String::from_utf8(l).unwrap();
+            }
+            let mut b = [0u8; 65536];
+            let n = self.s.read(&mut b).expect("a reply");
+            if n == 0 {
+                return String::new();
+            }
+            self.buf.extend_from_slice(&b[..n]);
+        }
+    }
+
+    fn ask(&mut self, req: &str) -> String {
+        self.s.write_all(format!("{req}\n").as_bytes()).unwrap();
+        self.line()
+    }
+}
+
+fn grew(name: &str, before: u64, after: u64) {
+    eprintln!("{name}: RSS {before} -> {after} kB");
+    assert!(
+        after < before + 8 * 1024,
+        "{name}: RSS grew {before} -> {after} kB"
+    );
+}
+
+#[test]
+fn a_paced_bulk_out_flood_meets_back_pressure_and_every_transfer_completes() {
+    let emu = Emu::start("outflood", Stdio::null(), &["--quiet"]);
+    let mut q = emu.usb();
+    q.configure();
+    let data = ax88772::framing::tx_transfer(&[0x02u8; 1514]);
+    let n = 20_000;
+    let mut bytes = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let m = Message::BulkPacket(BulkPacket {
+            endpoint: 0x03,
+            length: data.len() as u32,
+            data: data.clone(),
+            ..Default::default()
+        });
+        bytes.extend(q.encode(m));
+        ids.push(q.id);
+    }
+    let rss0 = emu.rss_kb();
+    let w = q.write_behind(bytes);
+    let mut done = 0;
+    let mut peak = rss0;
+    while done < n {
+        let p = q.recv();
+        if let Message::BulkPacket(b) = p.msg {
+            assert_eq!(b.status, Status::SUCCESS);
+            assert_eq!(p.id, ids[done], "completions in order");
+            done += 1;
+            if done % 2000 == 0 {
+                peak = peak.max(emu.rss_kb());
+            }
+        }
+    }
+    w.join().unwrap();
+    grew("bulk OUT flood (30 MB)", rss0, peak);
+}
+
+#[test]
+fn a_usbredir_peer_that_never_reads_gets_back_pressure_then_every_answer() {
+    let emu = Emu::start("noread", Stdio::null(), &["--quiet"]);
+    let mut q = emu.usb();
+    let n = 300_000;
+    let mut bytes = Vec::new();
+    for _ in 0..n {
+        let m = Message::ControlPacket(ControlPacket {
+            endpoint: 0x80,
+            requesttype: 0x80,
+            request: 0,
+            length: 2,
+            ..Default::default()
+        });
+        bytes.extend(q.encode(m));
+    }
+    let rss0 = emu.rss_kb();
+    let w = q.write_behind(bytes);
+    std::thread::sleep(Duration::from_millis(1500));
+    let rss1 = emu.rss_kb();
+    let mut got = 0;
+    while got < n {
+        if let Message::ControlPacket(c) = q.recv().msg {
+            assert_eq!(c.data, [1, 0]);
+            got += 1;
+        }
+    }
+    w.join().unwrap();
+    grew("usbredir peer not reading (300k replies)", rss0, rss1);
+    q.ping();
+}
+
+#[test]
+fn pending_bulk_ins_are_bounded_and_cancels_are_cheap() {
+    let emu = Emu::start("inflood", Stdio::null(), &["--quiet"]);
+    let mut q = emu.usb();
+    q.configure();
+    let n = 60_000u64;
+    let mut bytes = Vec::new();
+    let first = q.id + 1;
+    for _ in 0..n {
+        let m = Message::BulkPacket(BulkPacket {
+            endpoint: 0x82,
+            length: 2048,
+            ..Default::default()
+        });
+        bytes.extend(q.encode(m));
+    }
+    for id in first..first + n {
+        let mut out = Vec::new();
+        q.codec
+            .encode(&Packet::new(id, Message::CancelDataPacket), &mut out)
+            .unwrap();
+        bytes.extend(out);
+    }
+    let rss0 = emu.rss_kb();
+    let w = q.write_behind(bytes);
+    let (mut refused, mut cancelled) = (0, 0);
+    while refused + cancelled < n {
+        if let Message::BulkPacket(b) = q.recv().msg {
+            match b.status {
+                Status::IOERROR => refused += 1,
+                Status::CANCELLED => cancelled += 1,
+                s => panic!("unexpected status {s:?}"),
+            }
+        }
+    }
+    w.join().unwrap();
+    assert_eq!(cancelled, 1024, "the bound of pending bulk INs");
+    assert_eq!(refused, n - 1024);
+    grew("60k bulk INs and cancels", rss0, emu.rss_kb());
+    q.ping();
+}
+
+#[test]
+fn control_clients_are_capped_and_usbredir_still_connects_under_a_low_fd_limit() {
+    let dir = tmpdir("ctlcap");
+    let ready = dir.join("ready.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ax88772-emu"));
+    cmd.args(["--quiet", "--listen"])
+        .arg(format!("unix:{}", dir.join("usb.sock").display()))
+        .arg("--ctl")
+        .arg(dir.join("ctl.sock"))
+        .arg("--ready-file")
+        .arg(&ready)
+        .stderr(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let l = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    wait_for(&ready);
+    let emu = Emu { child, dir };
+    let rss0 = emu.rss_kb();
+    let mut held: Vec<UnixStream> = (0..200)
+        .map(|_| UnixStream::connect(emu.dir.join("ctl.sock")).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let cpu0 = emu.cpu_ticks();
+    std::thread::sleep(Duration::from_millis(1000));
+    let busy = emu.cpu_ticks() - cpu0;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    assert!(
+        busy * 2 < hz,
+        "the loop spun: {busy} ticks of {hz} in a second"
+    );
+    let mut refused = 0;
+    for s in &mut held[16..] {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        assert!(r.contains("too many control clients"), "{r}");
+        refused += 1;
+    }
+    assert_eq!(refused, 200 - 16);
+    let mut q = emu.usb();
+    q.ping();
+    held.truncate(16);
+    let mut c = Ctl {
+        s: held.pop().unwrap(),
+        buf: Vec::new(),
+    };
+    c.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(c.ask(r#"{"cmd":"ping"}"#).contains(r#""ok":true"#));
+    grew("200 control connections", rss0, emu.rss_kb());
+}
+
+#[test]
+fn a_control_client_that_never_reads_waits_and_others_are_served() {
+    let emu = Emu::start("ctlnoread", Stdio::null(), &["--quiet", "--ctl", "CTL"]);
+    let mut slow = emu.ctl();
+    let n = 20_000;
+    let req = r#"{"cmd":"describe"}"#.to_string() + "\n";
+    let bytes = req.repeat(n).into_bytes();
+    let rss0 = emu.rss_kb();
+    let w = {
+        let mut s = slow.s.try_clone().unwrap();
+        std::thread::spawn(move || s.write_all(&bytes).unwrap())
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let rss1 = emu.rss_kb();
+    let mut other = emu.ctl();
+    assert!(other.ask(r#"{"cmd":"ping"}"#).contains(r#""ok":true"#));
+    for _ in 0..n {
+        assert!(slow.line().contains(r#""version""#));
+    }
+    w.join().unwrap();
+    grew("control client not reading (20k describes)", rss0, rss1);
+}
+
+#[test]
+fn an_overlong_control_line_in_one_write_is_refused_and_the_next_is_served() {
+    let emu = Emu::start("ctllong", Stdio::null(), &["--quiet", "--ctl", "CTL"]);
+    let mut c = emu.ctl();
+    let rss0 = emu.rss_kb();
+    let mut big = vec![b' '; 4 << 20];
+    big.extend_from_slice(b"{\"cmd\":\"ping\"}\n{\"cmd\":\"ping\"}\n");
+    let w = {
+        let mut s = c.s.try_clone().unwrap();
+        std::thread::spawn(move || s.write_all(&big).unwrap())
+    };
+    let r = c.line();
+    assert!(r.contains("request longer than 65536 bytes"), "{r}");
+    assert!(c.line().contains(r#""ok":true"#), "the next line is served");
+    w.join().unwrap();
+    grew("a 4 MiB control line", rss0, emu.rss_kb());
 }

@@ -121,8 +121,11 @@ impl Qemu {
     }
 }
 
+/// A path in a fresh directory the emulator creates (0700) itself.
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("ax-session-{}-{name}", std::process::id()))
+    let d = std::env::temp_dir().join(format!("ax-session-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d.join(name)
 }
 
 fn start(ctl: Option<PathBuf>) -> (Qemu, MockHandle, std::thread::JoinHandle<Counters>) {
