@@ -439,3 +439,155 @@ fn impairment_loss_is_counted() {
     assert!(t.d.take_wire().is_empty());
     assert_eq!(t.d.counters().impair_dropped, 1);
 }
+
+#[test]
+fn rx_is_dropped_while_the_link_is_down() {
+    let mut t = T::up(false);
+    t.send(1, bulk_in(2048));
+    t.d.phy_mut().set_carrier(false);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert_eq!(t.d.counters().rx_dropped_no_link, 1);
+    assert!(
+        t.d.take_usb().iter().all(|p| p.id != 1),
+        "nothing delivered"
+    );
+    t.d.phy_mut().set_carrier(true);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let out = t.d.take_usb();
+    assert_eq!(out.iter().filter(|p| p.id == 1).count(), 1);
+}
+
+#[test]
+fn the_rx_gate_applies_at_delivery() {
+    let mut t = T::up(false);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    t.d.wire_frame(t.t, frame(MAC, 61));
+    // The guest closes RX (RX_CTL = 0) before asking for the frames.
+    t.send(5, ctrl(0x40, cmd::WRITE_RX_CTL, 0, 0, 0, vec![]));
+    assert!(
+        t.send(6, bulk_in(2048)).is_empty(),
+        "queued frames never arrive"
+    );
+    assert_eq!(t.d.counters().rx_dropped_gated, 2);
+    assert_eq!(t.d.counters().rx_frames, 0);
+    // Reopened, new frames flow again.
+    t.send(7, ctrl(0x40, cmd::WRITE_RX_CTL, 0x0088, 0, 0, vec![]));
+    t.d.wire_frame(t.t, frame(MAC, 62));
+    let out = t.d.take_usb();
+    assert_eq!(bulk_reply(&out[0]).data.len(), 4 + 62);
+}
+
+#[test]
+fn bulk_in_is_capped_at_2048_bytes() {
+    let mut t = T::up(false);
+    for _ in 0..3 {
+        t.d.wire_frame(t.t, frame(MAC, 1000));
+    }
+    let out = t.send(1, bulk_in(16384));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(
+        b.data.len(),
+        2 * (4 + 1000),
+        "two records; the third would pass 2048"
+    );
+    assert_eq!(b.length as usize, b.data.len());
+    let out = t.send(2, bulk_in(16384));
+    assert_eq!(bulk_reply(&out[0]).data.len(), 4 + 1000);
+}
+
+#[test]
+fn cancelling_a_pending_bulk_out_answers_cancelled_and_never_completes_it() {
+    let mut t = T::up(true);
+    let data = framing::tx_transfer(&frame(MAC, 1514));
+    t.send(40, bulk_out(data.clone()));
+    t.send(41, bulk_out(data));
+    assert_eq!(t.d.pending_bulk_out(), 2);
+    let out = t.send(41, Message::CancelDataPacket);
+    assert_eq!(
+        (out[0].id, bulk_reply(&out[0]).status),
+        (41, Status::CANCELLED)
+    );
+    assert_eq!(t.d.counters().bulk_cancelled, 1);
+    t.d.poll(t.t + Duration::from_millis(5));
+    let ids: Vec<_> = t.d.take_usb().iter().map(|p| p.id).collect();
+    assert_eq!(ids, [40], "only the other transfer completes");
+    assert_eq!(t.d.pending_bulk_out(), 0);
+}
+
+#[test]
+fn reset_answers_pending_bulk_outs() {
+    let mut t = T::up(true);
+    t.send(50, bulk_out(framing::tx_transfer(&frame(MAC, 1514))));
+    let out = t.send(0, Message::Reset);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].id, bulk_reply(&out[0]).status),
+        (50, Status::CANCELLED)
+    );
+    assert_eq!(bulk_reply(&out[0]).endpoint, EP_BULK_OUT);
+    t.d.poll(t.t + Duration::from_millis(5));
+    assert!(
+        t.d.take_usb().is_empty(),
+        "no late completion after the reset"
+    );
+}
+
+#[test]
+fn clear_feature_clears_an_endpoint_halt() {
+    let mut t = T::up(false);
+    let status = |t: &mut T| {
+        let out = t.send(9, ctrl(0x82, 0, 0, 0x82, 2, vec![]));
+        let Message::ControlPacket(c) = &out[0].msg else {
+            panic!("control reply")
+        };
+        c.data[0]
+    };
+    assert_eq!(status(&mut t), 0);
+    t.send(10, ctrl(0x02, 3, 0, 0x82, 0, vec![])); // SET_FEATURE(ENDPOINT_HALT)
+    assert_eq!(status(&mut t), 1);
+    t.send(11, ctrl(0x02, 1, 0, 0x82, 0, vec![])); // CLEAR_FEATURE
+    assert_eq!(status(&mut t), 0);
+}
+
+#[test]
+fn interrupt_ids_restart_on_a_new_connection() {
+    let mut t = T::up(false);
+    t.send(
+        5,
+        Message::StartInterruptReceiving {
+            endpoint: EP_INTERRUPT,
+        },
+    );
+    t.d.phy_mut().set_carrier(false);
+    t.d.poll(t.t);
+    assert!(
+        t.d.take_usb().iter().any(|p| p.id == 1),
+        "second interrupt packet"
+    );
+    t.d.transport_opened(t.t);
+    let mut t2 = T { d: t.d, t: t.t };
+    t2.send(0, hello().msg);
+    t2.send(1, Message::SetConfiguration { configuration: 1 });
+    let out = t2.send(
+        5,
+        Message::StartInterruptReceiving {
+            endpoint: EP_INTERRUPT,
+        },
+    );
+    let ids: Vec<_> = out
+        .iter()
+        .filter(|p| p.msg.name() == "interrupt_packet")
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, [0]);
+}
+
+#[test]
+fn mdio_registers_above_31_read_ffff_over_usb() {
+    let mut t = T::up(false);
+    let out = t.send(1, ctrl(0xc0, cmd::READ_MII_REG, 0x10, 0x21, 2, vec![]));
+    let Message::ControlPacket(c) = &out[0].msg else {
+        panic!("control reply")
+    };
+    assert_eq!(c.data, [0xff, 0xff]);
+}

@@ -248,14 +248,14 @@ impl Mac {
         if s.is_in() {
             match s.request {
                 cmd::READ_MII_REG => {
-                    let v = if self.mdio_target(s.value) {
+                    let v = if s.index > 31 {
+                        log_w!("mdio: read of register {:#x} (only 0..31 exist)", s.index);
+                        0xffff
+                    } else if self.mdio_target(s.value) {
                         phy.read(s.index as u8)
                     } else {
                         0xffff
                     };
-                    if s.index > 31 {
-                        log_w!("mdio: read of register {:#x} (only 0..31 exist)", s.index);
-                    }
                     log_t!(
                         "mdio: rd phy {:#04x} reg {:#04x} = {v:#06x}",
                         s.value,

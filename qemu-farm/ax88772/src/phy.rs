@@ -247,6 +247,9 @@ pub struct Phy {
     id: u32,
     bmcr: u16,
     adv: u16,
+    /// ADVERTISE as autonegotiation last (re)started with it: a new
+    /// advertisement takes effect only with a restart, as on the chip.
+    adv_neg: u16,
     vendor: [u16; 3],
     mmd_ctrl: u16,
     mmd_addr: u16,
@@ -274,6 +277,7 @@ impl Phy {
             id,
             bmcr: bmcr::DEFAULT,
             adv: adv::DEFAULT,
+            adv_neg: adv::DEFAULT,
             vendor: VENDOR_DEFAULTS,
             mmd_ctrl: 0,
             mmd_addr: 0,
@@ -317,6 +321,7 @@ impl Phy {
 
     fn restart_aneg(&mut self) {
         self.an_done_at = self.now + self.autoneg_delay;
+        self.adv_neg = self.adv;
     }
 
     fn compute(&self) -> Status {
@@ -374,14 +379,14 @@ impl Phy {
         if self.partner.autoneg {
             let common = LinkMode::ALL
                 .into_iter()
-                .find(|m| self.adv & m.adv_bit() != 0 && self.partner.modes.contains(m));
+                .find(|m| self.adv_neg & m.adv_bit() != 0 && self.partner.modes.contains(m));
             let Some(mode) = common else {
                 return Status {
                     an_complete: true,
                     ..down(PhyState::LinkDown)
                 };
             };
-            let pause = mode.full_duplex() && self.adv & adv::PAUSE != 0 && self.partner.pause;
+            let pause = mode.full_duplex() && self.adv_neg & adv::PAUSE != 0 && self.partner.pause;
             Status {
                 state: PhyState::LinkUp,
                 mode: Some(mode),
@@ -394,7 +399,7 @@ impl Phy {
                 return down(PhyState::LinkDown);
             };
             let mode = LinkMode::from_parts(best.speed() == 100, false);
-            if self.adv & mode.adv_bit() == 0 {
+            if self.adv_neg & mode.adv_bit() == 0 {
                 return down(PhyState::LinkDown);
             }
             Status {
@@ -533,8 +538,12 @@ impl Phy {
     }
 
     /// MDIO read. BMSR reading clears the latched-low link status.
+    /// Clause 22 has registers 0..31; nothing answers above (0xffff).
     pub fn read(&mut self, r: u8) -> u16 {
-        let r = r & 0x1f;
+        if r > 31 {
+            log_w!("phy: read of register {r:#x} (only 0..31 exist)");
+            return 0xffff;
+        }
         self.update();
         self.reads[r as usize] += 1;
         let v = self.peek(r);
@@ -547,7 +556,10 @@ impl Phy {
     /// MDIO write. Read-only and unknown registers, and bits that do not
     /// exist, are logged and ignored.
     pub fn write(&mut self, r: u8, val: u16) {
-        let r = r & 0x1f;
+        if r > 31 {
+            log_w!("phy: write {val:#06x} to register {r:#x} ignored (only 0..31 exist)");
+            return;
+        }
         self.update();
         self.writes[r as usize] += 1;
         match r {

@@ -88,6 +88,31 @@ fn lpa_follows_partner() {
 }
 
 #[test]
+fn a_new_advertisement_waits_for_an_autoneg_restart() {
+    let (mut p, _) = phy();
+    assert_eq!(p.snapshot().speed, Some(100));
+    p.write(reg::ADVERTISE, 0x0061); // 10 only, no restart
+    assert_eq!(p.read(reg::ADVERTISE), 0x0061, "the register reads back");
+    assert_eq!(p.snapshot().speed, Some(100), "the link keeps its result");
+    p.write(reg::BMCR, bmcr::ANENABLE | bmcr::ANRESTART);
+    assert_eq!(p.snapshot().speed, Some(10));
+}
+
+#[test]
+fn registers_above_31_do_not_alias() {
+    let (mut p, _) = phy();
+    p.set_carrier(false);
+    p.set_carrier(true);
+    // BMSR's link status is latched low; register 33 (33 & 31 == BMSR)
+    // must neither read it nor clear the latch.
+    assert_eq!(p.read(33), 0xffff);
+    assert_eq!(p.read(reg::BMSR) & bmsr::LSTATUS, 0, "still latched");
+    p.write(32, bmcr::RESET | bmcr::PDOWN);
+    assert!(!p.snapshot().powered_down);
+    assert!(p.snapshot().mdio_writes.is_empty());
+}
+
+#[test]
 fn advertise_limits_the_result() {
     let (mut p, _) = phy();
     p.write(reg::ADVERTISE, 0x0061); // 10 only
