@@ -46,6 +46,8 @@ Control socket (--ctl): JSON lines, one reply line per request, e.g.
   {\"cmd\":\"cable\",\"state\":\"open\",\"distance_m\":12}   {\"cmd\":\"counters\"}
   {\"cmd\":\"pcap\",\"action\":\"start\",\"path\":\"wire.pcap\"} (in --capture-dir)   {\"cmd\":\"phy\"}
   {\"cmd\":\"describe\"}   {\"cmd\":\"usb\",\"action\":\"unplug\"}   {\"cmd\":\"ping\"}
+  {\"cmd\":\"usb\",\"action\":\"replug\",\"down_ms\":500}   {\"cmd\":\"impair\",\"latency_us\":2000,\"jitter_us\":500}
+  {\"cmd\":\"mdio_fault\",\"op\":\"read\",\"regs\":[1],\"count\":1}   {\"cmd\":\"mdio_fault\",\"clear\":true}
 
 Addresses: unix:PATH, a path containing '/', or HOST:PORT (tcp: / udp: prefixes
 accepted). Wire: none | stream:ADDR (connect to -netdev stream,server=on) |

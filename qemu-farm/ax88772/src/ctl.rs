@@ -14,6 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::device::Device;
+use crate::faults::{MdioOp, MdioRule};
 use crate::impair::{Direction, ImpairConfig};
 use crate::phy::{Cable, CableState, LinkMode};
 
@@ -45,6 +46,18 @@ pub enum Request {
         corrupt: Option<f64>,
         direction: Option<Direction>,
         seed: Option<u64>,
+        latency_us: Option<u64>,
+        jitter_us: Option<u64>,
+    },
+    /// MDIO accesses that fail (the vendor request STALLs): a rule per
+    /// request, or `clear`.
+    MdioFault {
+        op: Option<MdioOp>,
+        regs: Option<Vec<u8>>,
+        count: Option<u64>,
+        probability: Option<f64>,
+        seed: Option<u64>,
+        clear: Option<bool>,
     },
     Cable {
         state: CableState,
@@ -62,6 +75,8 @@ pub enum Request {
     /// Simulate unplugging or replugging the adapter.
     Usb {
         action: UsbAction,
+        /// For `replug`: how long the adapter stays unplugged.
+        down_ms: Option<u64>,
     },
     Ping,
 }
@@ -78,7 +93,12 @@ pub enum PcapAction {
 pub enum UsbAction {
     Plug,
     Unplug,
+    /// Unplug, then plug back in after `down_ms` (default 500).
+    Replug,
 }
+
+/// Longest wire latency plus jitter accepted, in microseconds.
+pub const MAX_DELAY_US: u64 = 100_000;
 
 /// What control requests may touch besides the device: the socket
 /// addresses for `describe` and the directory captures are written in.
@@ -224,9 +244,8 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
         } => {
             let mut p = dev.config().partner.clone();
             if let Some(m) = modes {
-                if m.is_empty() {
-                    return err("modes must name at least one of 10half, 10full, 100half, 100full");
-                }
+                // No modes: a partner that advertises nothing, so
+                // autonegotiation never completes.
                 p.modes = m;
             }
             p.autoneg = autoneg.unwrap_or(p.autoneg);
@@ -254,8 +273,17 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
             corrupt,
             direction,
             seed,
+            latency_us,
+            jitter_us,
         } => {
             let old = dev.impair_config().clone();
+            let latency_us = latency_us.unwrap_or(old.latency_us);
+            let jitter_us = jitter_us.unwrap_or(old.jitter_us);
+            if latency_us.saturating_add(jitter_us) > MAX_DELAY_US {
+                return err(format!(
+                    "latency_us + jitter_us must be at most {MAX_DELAY_US}"
+                ));
+            }
             let cfg = ImpairConfig {
                 loss: match prob("loss", loss, old.loss) {
                     Ok(p) => p,
@@ -267,9 +295,38 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
                 },
                 direction: direction.unwrap_or(old.direction),
                 seed: seed.unwrap_or(old.seed),
+                latency_us,
+                jitter_us,
             };
             dev.set_impair(cfg.clone());
             ok(json!({ "impair": cfg }))
+        }
+        Request::MdioFault {
+            op,
+            regs,
+            count,
+            probability,
+            seed,
+            clear,
+        } => {
+            if clear == Some(true) {
+                if op.is_some() || regs.is_some() || count.is_some() || probability.is_some() {
+                    return err("clear takes no rule fields");
+                }
+                dev.mdio_faults_mut().clear();
+            } else {
+                let rule = MdioRule::new(
+                    op.unwrap_or_default(),
+                    regs.unwrap_or_default(),
+                    count,
+                    probability.unwrap_or(1.0),
+                    seed.unwrap_or(0),
+                );
+                if let Err(e) = dev.mdio_faults_mut().add(rule) {
+                    return err(e);
+                }
+            }
+            ok(json!({ "mdio_faults": dev.mdio_faults() }))
         }
         Request::Cable { state, distance_m } => {
             let d = distance_m.unwrap_or(0.0);
@@ -328,15 +385,33 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
             "announced": dev.announced(),
             "mac_registers": dev.mac(),
             "impair": dev.impair_config(),
+            "faults": {
+                "mdio": dev.mdio_faults(),
+                "replug_in_ms": dev.replug_at().map(|t| t.saturating_duration_since(now).as_millis() as u64),
+                "partner": dev.config().partner,
+                "impair": dev.impair_config(),
+            },
             "pcap": dev.pcap_path(),
             "about": env.about,
         })),
-        Request::Usb { action } => {
+        Request::Usb { action, down_ms } => {
+            if down_ms.is_some() && action != UsbAction::Replug {
+                return err("down_ms goes with action replug");
+            }
             match action {
                 UsbAction::Plug => dev.plug(now),
                 UsbAction::Unplug => dev.unplug(now),
+                UsbAction::Replug => {
+                    let ms = down_ms.unwrap_or(500);
+                    if ms > 600_000 {
+                        return err("down_ms must be at most 600000");
+                    }
+                    dev.replug(now, Duration::from_millis(ms));
+                }
             }
-            ok(json!({ "plugged": dev.plugged() }))
+            ok(
+                json!({ "plugged": dev.plugged(), "replug_in_ms": dev.replug_at().map(|t| t.saturating_duration_since(now).as_millis() as u64) }),
+            )
         }
     }
 }
@@ -383,7 +458,15 @@ mod tests {
         assert_eq!(r["quirks"]["lpa_zero"], true);
         assert_eq!(ask(&mut d, t, r#"{"cmd":"phy"}"#)["phy"]["lpa"], 0);
         let r = ask(&mut d, t, r#"{"cmd":"partner","modes":[]}"#);
-        assert_eq!(r["ok"], false);
+        assert_eq!(
+            r["phy"]["state"], "autoneg",
+            "a partner advertising nothing"
+        );
+        assert_eq!(r["phy"]["autoneg_complete"], false);
+        assert!(
+            d.phy().next_event().is_none(),
+            "nothing to wait for: no busy loop"
+        );
     }
 
     #[test]

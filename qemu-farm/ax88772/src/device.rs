@@ -12,9 +12,10 @@ use usbredir::{BulkPacket, Caps, ControlPacket, Message, Packet, SmallDataPacket
 
 use crate::descriptors::{self, Variant, EP_BULK_IN, EP_BULK_OUT, EP_INTERRUPT};
 use crate::ep0::{Ep0, UsbState};
+use crate::faults::MdioFaults;
 use crate::framing::{self, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
 use crate::impair::{Fate, Impair, ImpairConfig};
-use crate::mac::{Addr0, Effects, Mac, Reply, Setup};
+use crate::mac::{cmd, Addr0, Effects, Mac, Reply, Setup};
 use crate::pcap::Pcap;
 use crate::pending::{Pending, Refused};
 use crate::phy::{Partner, Phy, Quirks};
@@ -44,6 +45,8 @@ pub const OUT_WAIT_HIGH: usize = 48;
 /// Bulk IN requests held at once; more are answered with an I/O error
 /// (Linux's usbnet keeps about 60 in flight).
 pub const BULK_IN_MAX: usize = 1024;
+/// Frames held on a delayed wire (latency and jitter), each direction.
+pub const DELAY_FRAMES: usize = 8192;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceConfig {
@@ -127,6 +130,8 @@ pub struct Counters {
     pub bulk_refused: u64,
     pub control_requests: u64,
     pub control_stalls: u64,
+    pub mdio_faults_injected: u64,
+    pub delay_overflow: u64,
     pub interrupt_packets: u64,
     pub usb_resets: u64,
     pub usbredir_errors: u64,
@@ -154,6 +159,10 @@ pub struct Device {
     tx_clock: Instant,
     rx_clock: Instant,
     impair: Impair,
+    mdio_faults: MdioFaults,
+    replug_at: Option<Instant>,
+    tx_delay: VecDeque<(Instant, Vec<u8>)>,
+    rx_delay: VecDeque<(Instant, Vec<u8>)>,
     counters: Counters,
     pcap: Option<Pcap>,
     usb_out: Vec<Packet>,
@@ -189,6 +198,10 @@ impl Device {
             tx_clock: now,
             rx_clock: now,
             impair: Impair::new(ImpairConfig::default()),
+            mdio_faults: MdioFaults::default(),
+            replug_at: None,
+            tx_delay: VecDeque::new(),
+            rx_delay: VecDeque::new(),
             counters: Counters::default(),
             pcap: None,
             usb_out: Vec::new(),
@@ -348,9 +361,22 @@ impl Device {
         }
     }
 
+    /// Unplug now and plug back in after `down` (a USB disconnect and
+    /// reconnect of the adapter).
+    pub fn replug(&mut self, now: Instant, down: Duration) {
+        self.unplug(now);
+        self.replug_at = Some(self.now + down);
+    }
+
+    /// When a scheduled replug happens.
+    pub fn replug_at(&self) -> Option<Instant> {
+        self.replug_at
+    }
+
     /// Plug the adapter back in (after the peer acknowledged the unplug).
     pub fn plug(&mut self, now: Instant) {
         self.tick(now);
+        self.replug_at = None;
         self.plugged = true;
         if self.peer_caps.is_some() && !self.announced && !self.awaiting_ack {
             self.power_on(false);
@@ -566,6 +592,30 @@ impl Device {
 
     fn control(&mut self, id: u64, cp: ControlPacket) {
         self.counters.control_requests += 1;
+        let mdio = match (cp.requesttype, cp.request) {
+            (0xc0, cmd::READ_MII_REG) => Some(false),
+            (0x40, cmd::WRITE_MII_REG) => Some(true),
+            _ => None,
+        };
+        if let Some(write) = mdio {
+            if cp.index <= 31 && self.mdio_faults.fires(write, cp.index as u8) {
+                self.counters.mdio_faults_injected += 1;
+                self.counters.control_stalls += 1;
+                log_i!(
+                    "mdio: injected {} fault on register {:#04x}",
+                    if write { "write" } else { "read" },
+                    cp.index
+                );
+                let m = ControlPacket {
+                    data: Vec::new(),
+                    length: 0,
+                    status: Status::STALL,
+                    ..cp
+                };
+                self.send(id, Message::ControlPacket(m));
+                return;
+            }
+        }
         let s = Setup {
             requesttype: cp.requesttype,
             request: cp.request,
@@ -744,8 +794,28 @@ impl Device {
     }
 
     /// A frame arrived from the link partner.
-    pub fn wire_frame(&mut self, now: Instant, mut frame: Vec<u8>) {
+    pub fn wire_frame(&mut self, now: Instant, frame: Vec<u8>) {
         self.tick(now);
+        let d = self.impair.delay(false);
+        if d.is_zero() && self.rx_delay.is_empty() {
+            self.arrive(frame);
+            self.poll(self.now);
+            return;
+        }
+        if self.rx_delay.len() >= DELAY_FRAMES {
+            self.counters.delay_overflow += 1;
+            return;
+        }
+        let due = self
+            .rx_delay
+            .back()
+            .map_or(self.now + d, |(t, _)| (*t).max(self.now + d));
+        self.rx_delay.push_back((due, frame));
+        self.poll(self.now);
+    }
+
+    /// A frame reaches the PHY after its time on the wire.
+    fn arrive(&mut self, mut frame: Vec<u8>) {
         self.capture(&frame);
         if !self.phy.link_up() || self.phy.loopback() {
             self.counters.rx_dropped_no_link += 1;
@@ -764,7 +834,6 @@ impl Device {
             Fate::Pass => {}
         }
         self.receive(frame);
-        self.poll(self.now);
     }
 
     fn receive(&mut self, frame: Vec<u8>) {
@@ -799,6 +868,20 @@ impl Device {
         }
     }
 
+    /// A frame leaves the MAC at `t`; with latency it reaches the wire later.
+    fn depart(&mut self, t: Instant, f: Vec<u8>) {
+        let d = self.impair.delay(true);
+        if d.is_zero() && self.tx_delay.is_empty() {
+            self.capture(&f);
+            self.wire_out.push(f);
+        } else if self.tx_delay.len() >= DELAY_FRAMES {
+            self.counters.delay_overflow += 1;
+        } else {
+            let due = self.tx_delay.back().map_or(t + d, |(b, _)| (*b).max(t + d));
+            self.tx_delay.push_back((due, f));
+        }
+    }
+
     /// Run timers: frames leaving, OUT completions, bulk IN completions,
     /// link-change interrupts. Returns when it next has something to do.
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
@@ -823,16 +906,29 @@ impl Device {
         }
         loop {
             while self.tx_queue.front().is_some_and(|(t, _)| *t <= now) {
-                if let Some((_, f)) = self.tx_queue.pop_front() {
+                if let Some((t, f)) = self.tx_queue.pop_front() {
                     self.counters.tx_frames += 1;
                     self.counters.tx_bytes += f.len() as u64;
-                    self.capture(&f);
-                    self.wire_out.push(f);
+                    self.depart(t, f);
                 }
             }
             if !self.admit_outs() {
                 break;
             }
+        }
+        while self.rx_delay.front().is_some_and(|(t, _)| *t <= now) {
+            if let Some((_, f)) = self.rx_delay.pop_front() {
+                self.arrive(f);
+            }
+        }
+        while self.tx_delay.front().is_some_and(|(t, _)| *t <= now) {
+            if let Some((_, f)) = self.tx_delay.pop_front() {
+                self.capture(&f);
+                self.wire_out.push(f);
+            }
+        }
+        if self.replug_at.is_some_and(|t| t <= now) {
+            self.plug(now);
         }
         while let Some((id, &(len, t))) = self.out_done.front() {
             if t > now {
@@ -851,6 +947,15 @@ impl Device {
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         if let Some((t, _)) = self.tx_queue.front() {
             consider(*t);
+        }
+        if let Some((t, _)) = self.tx_delay.front() {
+            consider(*t);
+        }
+        if let Some((t, _)) = self.rx_delay.front() {
+            consider(*t);
+        }
+        if let Some(t) = self.replug_at {
+            consider(t);
         }
         if let Some((_, (_, t))) = self.out_done.front() {
             consider(*t);
@@ -929,6 +1034,14 @@ impl Device {
 
     pub fn impair_config(&self) -> &ImpairConfig {
         self.impair.config()
+    }
+
+    pub fn mdio_faults(&self) -> &MdioFaults {
+        &self.mdio_faults
+    }
+
+    pub fn mdio_faults_mut(&mut self) -> &mut MdioFaults {
+        &mut self.mdio_faults
     }
 
     pub fn pcap_start(&mut self, path: &Path) -> std::io::Result<()> {

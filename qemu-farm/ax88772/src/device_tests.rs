@@ -591,3 +591,188 @@ fn mdio_registers_above_31_read_ffff_over_usb() {
     };
     assert_eq!(c.data, [0xff, 0xff]);
 }
+
+fn ctl(t: &mut T, line: &str) -> serde_json::Value {
+    let env = crate::ctl::CtlEnv::bare(serde_json::json!({}));
+    serde_json::from_str(&crate::ctl::handle_line(&mut t.d, t.t, line, &env)).unwrap()
+}
+
+fn mdio_read(t: &mut T, id: u64, reg: u16) -> Status {
+    let out = t.send(id, ctrl(0xc0, cmd::READ_MII_REG, 0x10, reg, 2, vec![]));
+    let Message::ControlPacket(c) = &out[0].msg else {
+        panic!("control reply")
+    };
+    c.status
+}
+
+#[test]
+fn mdio_faults_stall_chosen_registers_once_or_n_times() {
+    let mut t = T::up(false);
+    let r = ctl(
+        &mut t,
+        r#"{"cmd":"mdio_fault","op":"read","regs":[1],"count":1}"#,
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(mdio_read(&mut t, 1, 2), Status::SUCCESS, "other register");
+    assert_eq!(mdio_read(&mut t, 2, 1), Status::STALL);
+    assert_eq!(mdio_read(&mut t, 3, 1), Status::SUCCESS, "once");
+    ctl(&mut t, r#"{"cmd":"mdio_fault","op":"write","count":2}"#);
+    let w = |t: &mut T, id| {
+        let out = t.send(
+            id,
+            ctrl(0x40, cmd::WRITE_MII_REG, 0x10, 4, 2, vec![0xe1, 0x01]),
+        );
+        let Message::ControlPacket(c) = &out[0].msg else {
+            panic!("control reply")
+        };
+        c.status
+    };
+    assert_eq!(
+        (w(&mut t, 4), w(&mut t, 5), w(&mut t, 6)),
+        (Status::STALL, Status::STALL, Status::SUCCESS)
+    );
+    assert_eq!(t.d.counters().mdio_faults_injected, 3);
+    let r = ctl(&mut t, r#"{"cmd":"describe"}"#);
+    assert_eq!(r["faults"]["mdio"]["injected"], 3);
+    assert_eq!(r["faults"]["mdio"]["rules"][1]["op"], "write");
+    ctl(&mut t, r#"{"cmd":"mdio_fault","clear":true}"#);
+    assert_eq!(
+        ctl(&mut t, r#"{"cmd":"describe"}"#)["faults"]["mdio"]["rules"],
+        serde_json::json!([])
+    );
+    for bad in [
+        r#"{"cmd":"mdio_fault","regs":[32]}"#,
+        r#"{"cmd":"mdio_fault","probability":2}"#,
+        r#"{"cmd":"mdio_fault","clear":true,"count":1}"#,
+        r#"{"cmd":"mdio_fault","op":"sideways"}"#,
+    ] {
+        assert_eq!(ctl(&mut t, bad)["ok"], false, "{bad}");
+    }
+}
+
+#[test]
+fn mdio_fault_probability_is_reproducible_from_its_seed() {
+    let pattern = |seed: u64| {
+        let mut t = T::up(false);
+        ctl(
+            &mut t,
+            &format!(r#"{{"cmd":"mdio_fault","probability":0.3,"seed":{seed}}}"#),
+        );
+        (0..200)
+            .map(|i| mdio_read(&mut t, i + 10, 1) == Status::STALL)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pattern(9), pattern(9));
+    assert_ne!(pattern(9), pattern(10));
+    let n = pattern(9).iter().filter(|x| **x).count();
+    assert!((30..90).contains(&n), "{n} of 200 at p=0.3");
+}
+
+#[test]
+fn replug_disconnects_then_connects_after_the_down_time() {
+    let mut t = T::up(false);
+    let r = ctl(&mut t, r#"{"cmd":"usb","action":"replug","down_ms":300}"#);
+    assert_eq!(r["replug_in_ms"], 300);
+    let out = t.d.take_usb();
+    assert_eq!(out[0].msg, Message::DeviceDisconnect);
+    t.send(0, Message::DeviceDisconnectAck);
+    assert_eq!(t.d.poll(t.t), Some(t.t + Duration::from_millis(300)));
+    t.d.poll(t.t + Duration::from_millis(299));
+    assert!(t.d.take_usb().is_empty(), "still unplugged");
+    t.d.poll(t.t + Duration::from_millis(300));
+    let names: Vec<_> = t.d.take_usb().iter().map(|p| p.msg.name()).collect();
+    assert_eq!(names.last(), Some(&"device_connect"));
+    assert_eq!(t.d.mac().rx_ctl, 0, "a freshly plugged chip");
+    assert_eq!(
+        ctl(&mut t, r#"{"cmd":"usb","action":"plug","down_ms":3}"#)["ok"],
+        false
+    );
+}
+
+#[test]
+fn partners_limited_to_10_or_half_duplex_negotiate_what_they_can() {
+    let mut t = T::up(false);
+    let r = ctl(&mut t, r#"{"cmd":"partner","modes":["10full","10half"]}"#);
+    assert_eq!(
+        (
+            r["phy"]["speed"].as_u64(),
+            r["phy"]["full_duplex"].as_bool()
+        ),
+        (Some(10), Some(true))
+    );
+    let r = ctl(&mut t, r#"{"cmd":"partner","modes":["100half","10half"]}"#);
+    assert_eq!(
+        (
+            r["phy"]["speed"].as_u64(),
+            r["phy"]["full_duplex"].as_bool()
+        ),
+        (Some(100), Some(false))
+    );
+    assert_eq!(r["phy"]["pause"], false, "no pause at half duplex");
+    let r = ctl(&mut t, r#"{"cmd":"partner","modes":[]}"#);
+    assert_eq!(r["phy"]["state"], "autoneg");
+    t.d.poll(t.t + Duration::from_secs(3600));
+    assert_eq!(
+        t.d.phy().state(),
+        crate::phy::PhyState::Autoneg,
+        "never completes"
+    );
+    assert!(!t.d.phy().link_up());
+}
+
+#[test]
+fn wire_latency_delays_both_directions() {
+    let mut t = T::up(false);
+    let r = ctl(&mut t, r#"{"cmd":"impair","latency_us":1000}"#);
+    assert_eq!(r["impair"]["latency_us"], 1000);
+    t.send(1, bulk_in(2048));
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert!(t.d.take_usb().is_empty(), "still on the wire");
+    assert_eq!(t.d.poll(t.t), Some(t.t + Duration::from_millis(1)));
+    t.d.poll(t.t + Duration::from_millis(1));
+    assert_eq!(t.d.take_usb()[0].id, 1);
+    t.t += Duration::from_millis(1);
+    t.send(2, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    assert!(t.d.take_wire().is_empty());
+    t.d.poll(t.t + Duration::from_micros(999));
+    assert!(t.d.take_wire().is_empty());
+    t.d.poll(t.t + Duration::from_millis(1));
+    assert_eq!(t.d.take_wire().len(), 1);
+    assert_eq!(
+        ctl(&mut t, r#"{"cmd":"impair","latency_us":200000}"#)["ok"],
+        false
+    );
+}
+
+#[test]
+fn wire_jitter_keeps_order_stays_in_range_and_follows_the_seed() {
+    let arrivals = |seed: u64| {
+        let mut t = T::up(false);
+        ctl(
+            &mut t,
+            &format!(
+                r#"{{"cmd":"impair","latency_us":100,"jitter_us":400,"direction":"tx","seed":{seed}}}"#
+            ),
+        );
+        for i in 0..50u8 {
+            t.send(
+                u64::from(i) + 1,
+                bulk_out(framing::tx_transfer(&frame([i; 6], 60))),
+            );
+        }
+        let mut seen = Vec::new();
+        for us in 0..=600 {
+            t.d.poll(t.t + Duration::from_micros(us));
+            for f in t.d.take_wire() {
+                seen.push((us, f[0]));
+            }
+        }
+        seen
+    };
+    let a = arrivals(5);
+    assert_eq!(a.len(), 50);
+    assert!(a.windows(2).all(|w| w[0].1 < w[1].1), "in order");
+    assert!(a.iter().all(|(us, _)| (100..=500).contains(us)), "{a:?}");
+    assert_eq!(a, arrivals(5));
+    assert_ne!(a, arrivals(6));
+}

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// SplitMix64: small, seedable, reproducible across platforms.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rng(u64);
 
 impl Rng {
@@ -46,6 +46,10 @@ pub struct ImpairConfig {
     pub corrupt: f64,
     pub direction: Direction,
     pub seed: u64,
+    /// Extra time on the wire, in microseconds.
+    pub latency_us: u64,
+    /// Up to this much more, uniformly drawn per frame (order is kept).
+    pub jitter_us: u64,
 }
 
 /// What happened to a frame.
@@ -78,6 +82,19 @@ impl Impair {
             Direction::Tx => tx,
             Direction::Rx => !tx,
         }
+    }
+
+    /// How long a frame spends on the wire beyond its own time.
+    pub fn delay(&mut self, tx: bool) -> std::time::Duration {
+        if !self.applies(tx) || (self.cfg.latency_us == 0 && self.cfg.jitter_us == 0) {
+            return std::time::Duration::ZERO;
+        }
+        let j = if self.cfg.jitter_us > 0 {
+            self.rng.next_u64() % (self.cfg.jitter_us + 1)
+        } else {
+            0
+        };
+        std::time::Duration::from_micros(self.cfg.latency_us + j)
     }
 
     /// Decide a frame's fate; corrupts it in place when so decided.

@@ -7,6 +7,7 @@ pub mod ctl;
 pub mod descriptors;
 pub mod device;
 pub mod ep0;
+pub mod faults;
 pub mod framing;
 pub mod impair;
 pub mod log;

@@ -376,6 +376,11 @@ impl Phy {
         if self.now < self.an_done_at {
             return down(PhyState::Autoneg);
         }
+        if self.partner.autoneg && self.partner.modes.is_empty() {
+            // A partner that advertises nothing: autonegotiation never
+            // completes.
+            return down(PhyState::Autoneg);
+        }
         if self.partner.autoneg {
             let common = LinkMode::ALL
                 .into_iter()
@@ -654,7 +659,8 @@ impl Phy {
 
     /// When the state machine next changes by itself (autoneg finishing).
     pub fn next_event(&self) -> Option<Instant> {
-        (self.last.state == PhyState::Autoneg).then_some(self.an_done_at)
+        (self.last.state == PhyState::Autoneg && self.an_done_at > self.now)
+            .then_some(self.an_done_at)
     }
 
     pub fn reset_counters(&mut self) {
