@@ -27,7 +27,7 @@ pub const GIT_IDENTITY: [(&str, &str); 4] = [
 pub const BASE_TAG: &str = "phyfarm-base";
 
 /// How one patch applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ApplyState {
     Applied,
@@ -38,7 +38,7 @@ pub enum ApplyState {
 }
 
 /// One hunk git rejected.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RejectedHunk {
     pub file: String,
     /// 1-based hunk number within the file's section of the patch.
@@ -49,7 +49,7 @@ pub struct RejectedHunk {
     pub already_present: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ApplyReport {
     pub index: usize,
     pub file: String,
@@ -161,9 +161,15 @@ pub fn collect_rejects(tree: &Path, rejects: &[(String, Vec<usize>)]) -> Result<
         if rel.is_absolute() || rel.components().any(|c| c.as_os_str() == "..") {
             bail!("git reported a path outside the tree: {file}");
         }
-        let rej = tree.join(format!("{file}.rej"));
-        let text = std::fs::read_to_string(&rej).unwrap_or_default();
-        let current = std::fs::read_to_string(tree.join(rel)).unwrap_or_default();
+        // Both files are in the tree the patch just changed: a patch can
+        // create links, so neither is followed (a link reads as empty).
+        let read = |rel: &Path| {
+            crate::safe_fs::read_in(tree, rel, 16 << 20)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        };
+        let text = read(Path::new(&format!("{file}.rej")));
+        let current = read(rel);
         for (i, (header, body)) in split_rej(&text).into_iter().enumerate() {
             let hunk = numbers.get(i).copied().unwrap_or(i + 1);
             let already_present = added_lines_present(&body, &current);
@@ -284,6 +290,18 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let err = collect_rejects(d.path(), &[("../etc/passwd".into(), vec![1])]).unwrap_err();
         assert!(err.to_string().contains("outside the tree"));
+    }
+
+    #[test]
+    fn linked_rejects_and_targets_are_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("t");
+        std::fs::create_dir_all(&tree).unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, "@@ -1 +1 @@\n+runner password\n").unwrap();
+        std::os::unix::fs::symlink(&secret, tree.join("MAINTAINERS.rej")).unwrap();
+        let got = collect_rejects(&tree, &[("MAINTAINERS".into(), vec![1])]).unwrap();
+        assert!(got.is_empty(), "{got:?}");
     }
 
     #[test]

@@ -134,6 +134,54 @@ pub fn boot_initramfs(paths: &Paths, runtime: Runtime) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The user QEMU drops to when phyfarm runs as root (created by
+/// containers/host-setup.sh; `PHYFARM_QEMU_USER` overrides it).
+pub const QEMU_USER: &str = "phyfarm-qemu";
+
+/// QEMU's seccomp sandbox: no obsolete system calls, no spawning, no
+/// scheduler or resource changes. set*id stays allowed only when QEMU must
+/// drop root itself (`-runas`): after the drop it has no capabilities and
+/// no_new_privs, so it cannot climb back.
+pub fn sandbox_option(drops_root: bool) -> String {
+    format!(
+        "on,obsolete=deny,elevateprivileges={},spawn=deny,resourcecontrol=deny",
+        if drops_root { "allow" } else { "deny" }
+    )
+}
+
+/// The user QEMU should run as: Some(name) when phyfarm is root and the
+/// user exists; None when phyfarm is not root (QEMU already unprivileged)
+/// or, with a warning, when the user is missing.
+pub fn qemu_runas() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let user = std::env::var("PHYFARM_QEMU_USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| QEMU_USER.to_string());
+    let c = std::ffi::CString::new(user.clone()).ok()?;
+    // SAFETY: c is NUL-terminated; getpwnam returns a static record or NULL.
+    if unsafe { libc::getpwnam(c.as_ptr()) }.is_null() {
+        progress::warn(&format!(
+            "user {user} does not exist: QEMU runs the kernel as root (run containers/host-setup.sh)"
+        ));
+        return None;
+    }
+    Some(user)
+}
+
+/// `-sandbox` and, as root, `-runas USER` for a guest running an untrusted
+/// kernel.
+pub fn confinement_args(runas: Option<&str>) -> Vec<String> {
+    let mut v = vec!["-sandbox".to_string(), sandbox_option(runas.is_some())];
+    if let Some(u) = runas {
+        v.extend(["-runas".to_string(), u.to_string()]);
+    }
+    v
+}
+
 /// The QEMU command line of a boot-check guest.
 pub fn qemu_argv(
     kernel: &Path,
@@ -183,6 +231,7 @@ pub fn qemu_argv(
     ] {
         v.push(a.to_string());
     }
+    v.extend(confinement_args(qemu_runas().as_deref()));
     v
 }
 
@@ -393,7 +442,8 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
             let panic = console_text
                 .lines()
                 .find(|l| l.contains("Kernel panic") || l.contains("BUG:") || l.contains("Oops"))
-                .unwrap_or("")
+                .map(progress::printable)
+                .unwrap_or_default()
                 .trim()
                 .to_string();
             let status = if panic.is_empty() {
@@ -433,7 +483,7 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
             "{}: {} ({})",
             if c.ok { "I: PASS" } else { "E: FAIL" },
             c.name,
-            c.detail
+            progress::printable(&c.detail)
         );
     }
     let record = BootRecord {
@@ -527,6 +577,30 @@ mod tests {
         assert!(s.contains("panic=-1"));
         assert!(s.contains("virtserialport,chardev=result,name=org.phyfarm.result"));
         assert!(!s.contains("phyfarm.mode=probe"));
+    }
+
+    #[test]
+    fn guests_are_sandboxed_and_drop_root() {
+        let v = confinement_args(Some("phyfarm-qemu")).join(" ");
+        assert_eq!(
+            v,
+            "-sandbox on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny -runas phyfarm-qemu"
+        );
+        let v = confinement_args(None).join(" ");
+        assert!(
+            v.contains("elevateprivileges=deny") && !v.contains("-runas"),
+            "{v}"
+        );
+        let argv = qemu_argv(
+            Path::new("/k"),
+            Path::new("/i"),
+            Accel::Tcg,
+            256,
+            Path::new("/c"),
+            Path::new("/r"),
+            false,
+        );
+        assert!(argv.iter().any(|a| a == "-sandbox"), "{argv:?}");
     }
 
     #[test]

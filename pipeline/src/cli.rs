@@ -64,6 +64,12 @@ pub enum Command {
     Build(BuildArgs),
     /// Boot a kernel in QEMU and check the asix and AX88772A PHY drivers from inside
     Boot(BootArgs),
+    /// Run `make` in a tree inside the build sandbox, exactly as a kernel
+    /// build step runs (kbuild image, flags, limits, timeout), then copy
+    /// bzImage, .config and System.map out as a build does. Shows what the
+    /// sandbox allows on this host; the hostile-PR tests drive it.
+    #[command(name = "sandbox-make")]
+    SandboxMake(SandboxMakeArgs),
     /// The main job end to end on a series revision: ingest, per-patch apply
     /// and build in both variants, Rust gates, boot checks, the farm on the
     /// patched kernels and the base, recorded in the store with the verdict
@@ -286,6 +292,19 @@ pub struct RunArgs {
     pub guest: GuestArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct SandboxMakeArgs {
+    /// The tree (mounted read-write at /build; `make -C /build` runs there)
+    #[arg(long, value_name = "DIR")]
+    pub tree: PathBuf,
+    /// Output folder: build.log and the copied artifacts
+    #[arg(short, long, value_name = "OUT")]
+    pub out: PathBuf,
+    /// Make targets
+    #[arg(value_name = "TARGET")]
+    pub targets: Vec<String>,
+}
+
 /// The command line as typed, quoted, for reproducers.
 pub fn reproducer() -> String {
     let mut args: Vec<String> = std::env::args().collect();
@@ -368,6 +387,9 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             boot::boot(&paths, &opts, &reproducer())
         }
         Command::Run(a) => run_cmd(&paths, runtime, cli.global.store.clone(), a),
+        Command::SandboxMake(a) => {
+            kernel::sandbox_make(&paths, runtime, &a.tree, &a.out, &a.targets, &reproducer())
+        }
         Command::Guest(GuestCommand::Image { out, agent }) => {
             let rec = crate::guest::image(&paths, agent.as_deref(), out.as_deref())?;
             progress::info(&format!(

@@ -18,6 +18,7 @@ use crate::kconfig::{self, SourceTree};
 use crate::metadata::{self, BuildMetadata, ImageRef, Status, Versions};
 use crate::progress::{self, info};
 use crate::runtime::{shell_quote, Job, Runtime};
+use crate::sandbox::Sandbox;
 use crate::Outcome;
 
 /// Free space needed in the cache before extracting a source tree (bytes).
@@ -283,19 +284,144 @@ pub fn toolchain(paths: &Paths, runtime: Runtime, dry_run: bool) -> Result<Toolc
     }
 }
 
-/// Runs jobs of one build, logging each command and its output.
+/// Runs jobs of one build, logging each command and its output. Podman
+/// jobs run in the build sandbox (crate::sandbox); every job is watched
+/// for its wall-clock and disk budget.
 pub(crate) struct Run<'a> {
     pub runtime: Runtime,
     pub env: Vec<(String, String)>,
     pub log: &'a mut File,
     pub label: String,
+    /// Why phyfarm stopped the last job (a limit it enforces), if it did.
+    pub stopped: Option<String>,
+}
+
+/// Stops a job at its wall-clock or disk budget, naming the limit.
+struct StepWatch {
+    timeout: Duration,
+    disk: u64,
+    /// The job's writable tree, the free bytes of its disk and its own
+    /// size at start.
+    disk_at: Option<(PathBuf, u64, u64)>,
+    container: Option<(String, Vec<(String, String)>)>,
+}
+
+impl crate::progress::Watch for StepWatch {
+    fn check(&mut self, elapsed: Duration) -> Option<String> {
+        if elapsed >= self.timeout {
+            return Some(format!(
+                "timed out after {}s (PHYFARM_BUILD_TIMEOUT)",
+                self.timeout.as_secs()
+            ));
+        }
+        if let Some((dir, free0, tree0)) = &mut self.disk_at {
+            // Cheap first (free space), exact second (the tree's own
+            // growth), so other writers on the disk never stop a build.
+            if free0.saturating_sub(free_space(dir)) > self.disk {
+                let grown = tree_bytes(dir).saturating_sub(*tree0);
+                if grown > self.disk {
+                    return Some(format!(
+                        "wrote more than {} MB into {} (PHYFARM_BUILD_DISK)",
+                        self.disk / 1_000_000,
+                        dir.display()
+                    ));
+                }
+                *free0 = free_space(dir).saturating_add(grown);
+            }
+        }
+        None
+    }
+
+    fn stop(&mut self) {
+        if let Some((name, env)) = &self.container {
+            for args in [&["kill", name.as_str()][..], &["rm", "-f", "-t", "0", name]] {
+                let mut argv = vec!["podman".to_string()];
+                argv.extend(args.iter().map(|s| s.to_string()));
+                let _ = progress::capture(&argv, env);
+            }
+        }
+    }
+}
+
+/// Bytes a tree takes on disk (allocated blocks), links not followed.
+pub fn tree_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        total += m.blocks() * 512;
+        if m.file_type().is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                stack.extend(rd.filter_map(|e| e.ok().map(|e| e.path())));
+            }
+        }
+    }
+    total
+}
+
+fn container_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "phyfarm-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl Run<'_> {
+    pub fn new<'a>(
+        runtime: Runtime,
+        env: Vec<(String, String)>,
+        log: &'a mut File,
+        label: &str,
+    ) -> Run<'a> {
+        Run {
+            runtime,
+            env,
+            log,
+            label: label.to_string(),
+            stopped: None,
+        }
+    }
+
+    /// The argv of `j` in the sandbox this host supports, with its writable
+    /// trees handed to the sandbox's user.
+    fn sandboxed(
+        &mut self,
+        j: &Job,
+        name: Option<&str>,
+    ) -> Result<(Vec<String>, Option<PathBuf>, Sandbox)> {
+        let sb = match self.runtime {
+            Runtime::Podman => Sandbox::probed(&self.env, &j.image)?,
+            Runtime::Host => Sandbox::declared(crate::sandbox::Limits::from_env()?),
+        };
+        if self.runtime == Runtime::Podman {
+            writeln!(self.log, "# {}", sb.describe())?;
+            if sb.userns {
+                for m in j.mounts.iter().filter(|m| !m.read_only) {
+                    crate::sandbox::own_tree(&m.host)?;
+                }
+            }
+        } else {
+            writeln!(
+                self.log,
+                "# runtime host: no sandbox (timeout {}s, disk {} MB only)",
+                sb.limits.timeout.as_secs(),
+                sb.limits.disk / 1_000_000
+            )?;
+        }
+        let (argv, cwd) = self.runtime.argv_in(j, &sb, name);
+        Ok((argv, cwd, sb))
+    }
+
     /// Run a short job and return its exit (None = success) and its output,
     /// which is also logged.
     pub fn capture(&mut self, j: &Job) -> Result<(Option<i32>, String)> {
-        let (argv, cwd) = self.runtime.argv(j);
+        let (argv, cwd, _) = self.sandboxed(j, None)?;
         writeln!(self.log, "$ {}", shell_quote(&argv))?;
         let out = progress::command(&argv, cwd.as_deref(), &self.env)
             .stdin(std::process::Stdio::null())
@@ -310,7 +436,7 @@ impl Run<'_> {
                 bail!(
                     "podman could not run `{}`: {}",
                     j.argv.join(" "),
-                    text.trim()
+                    progress::printable(text.trim())
                 );
             }
         }
@@ -318,14 +444,42 @@ impl Run<'_> {
     }
 
     /// Run a job; `Ok(None)` when it succeeded, `Ok(Some(code))` when it
-    /// exited non-zero.
+    /// exited non-zero or was stopped at a limit (then `self.stopped` says
+    /// which).
     pub fn job(&mut self, j: &Job, what: &str) -> Result<Option<i32>> {
-        let (argv, cwd) = self.runtime.argv(j);
+        let name = (self.runtime == Runtime::Podman).then(container_name);
+        let (argv, cwd, sb) = self.sandboxed(j, name.as_deref())?;
         writeln!(self.log, "$ {}", shell_quote(&argv))?;
         info(&format!("{}: {what}", self.label));
+        let disk_dir = j
+            .mounts
+            .iter()
+            .find(|m| !m.read_only)
+            .map(|m| m.host.clone());
+        let mut watch = StepWatch {
+            timeout: sb.limits.timeout,
+            disk: sb.limits.disk,
+            disk_at: disk_dir.map(|d| {
+                let free = free_space(&d);
+                let size = tree_bytes(&d);
+                (d, free, size)
+            }),
+            container: name.map(|n| (n, self.env.clone())),
+        };
         let cmd = progress::command(&argv, cwd.as_deref(), &self.env);
-        let done = progress::run_logged(cmd, self.log, &self.label, Duration::from_secs(30))
-            .with_context(|| format!("cannot start {}", argv[0]))?;
+        let done = progress::run_watched(
+            cmd,
+            self.log,
+            &self.label,
+            Duration::from_secs(30),
+            &mut watch,
+        )
+        .with_context(|| format!("cannot start {}", argv[0]))?;
+        self.stopped = done.stopped.clone();
+        if let Some(why) = &done.stopped {
+            eprintln!("E: {}: {what}: {why}", self.label);
+            return Ok(Some(done.status.code().unwrap_or(137)));
+        }
         Ok(if done.status.success() {
             None
         } else {
@@ -422,12 +576,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     }
     let started = metadata::now_rfc3339();
     let label = format!("[{variant}]");
-    let mut run = Run {
-        runtime: opts.runtime,
-        env,
-        log: &mut log,
-        label: label.clone(),
-    };
+    let mut run = Run::new(opts.runtime, env, &mut log, &label);
 
     // 1. Source, extracted once per package version.
     let t = Instant::now();
@@ -505,7 +654,12 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     }
     requests.extend(kconfig::parse_fragment_text(Path::new("-K"), &extra)?);
     let requests = kconfig::last_wins(requests);
-    let dotconfig = std::fs::read_to_string(l.build.join(".config"))?;
+    let dotconfig = String::from_utf8_lossy(&crate::safe_fs::read_in(
+        &l.build,
+        Path::new(".config"),
+        64 << 20,
+    )?)
+    .into_owned();
     let cfg = kconfig::parse_dotconfig(&dotconfig);
     if let Err(e) = kconfig::verify(&requests, &cfg, &SourceTree::new(&l.src)) {
         let _ = std::fs::remove_file(&stamp);
@@ -517,6 +671,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     // 4. Build.
     let t = Instant::now();
     let failed = run.job(&make_job(&tc, &l, opts.jobs), "make bzImage")?;
+    let stopped = run.stopped.take();
     durations.push(("build".into(), t.elapsed().as_secs_f64()));
     drop(run);
     log.flush()?;
@@ -530,22 +685,26 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     record_base_warnings(&l.build, &crate::warnings::parse(&log_text))?;
     let mut artifacts = BTreeMap::new();
     let mut log_excerpt = Vec::new();
+    let mut status = status;
     if status == Status::Pass {
-        std::fs::write(l.build.join(".phyfarm-built"), "")?;
-        for (name, from) in [
-            ("bzImage", "arch/x86/boot/bzImage"),
-            ("config", ".config"),
-            ("System.map", "System.map"),
-        ] {
-            let dest = opts
-                .out
-                .join(if name == "config" { ".config" } else { name });
-            std::fs::copy(l.build.join(from), &dest)
-                .with_context(|| format!("cannot copy {from} to {}", dest.display()))?;
-            artifacts.insert(name.to_string(), dest.display().to_string());
+        match copy_artifacts(&l.build, &opts.out) {
+            Ok(copied) => {
+                std::fs::write(l.build.join(".phyfarm-built"), "")?;
+                artifacts.extend(copied);
+            }
+            Err(e) if e.is_refusal() => {
+                // The build left a link (or a non-file) where an artifact
+                // belongs: the code under test did that.
+                status = Status::Fail;
+                log_excerpt = vec![format!("refused to copy an artifact: {e}")];
+            }
+            Err(e) => return Err(e.into()),
         }
     } else {
         log_excerpt = metadata::error_excerpt(&log_text, 20);
+        if let Some(why) = &stopped {
+            log_excerpt.insert(0, format!("phyfarm stopped the build: {why}"));
+        }
     }
     artifacts.insert("build.log".into(), log_path.display().to_string());
     let meta = BuildMetadata {
@@ -581,7 +740,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
         Status::Fail => {
             eprintln!("E: {label}: build FAIL; first errors:");
             for l in log_excerpt.iter().take(10) {
-                eprintln!("E:   {l}");
+                eprintln!("E:   {}", progress::printable(l));
             }
             eprintln!("E: full log: {}", log_path.display());
             println!("{}", opts.out.display());
@@ -592,6 +751,91 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
             log_path.display()
         ),
     }
+}
+
+/// `phyfarm sandbox-make`: `make -C /build TARGETS` in `tree`, in the
+/// kbuild image and the build sandbox, then the artifacts copied out as a
+/// build does. Pass, Fail (make failed, a limit stopped it, or an
+/// artifact was refused), or an error when it could not run.
+pub fn sandbox_make(
+    paths: &Paths,
+    runtime: Runtime,
+    tree: &Path,
+    out: &Path,
+    targets: &[String],
+    reproducer: &str,
+) -> Result<Outcome> {
+    if !tree.is_dir() || crate::safe_fs::is_symlink(tree) {
+        bail!("{}: not a directory", tree.display());
+    }
+    let tc = toolchain(paths, runtime, false)?;
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("cannot create output directory {}", out.display()))?;
+    let log_path = out.join("build.log");
+    let mut log = File::create(&log_path)?;
+    writeln!(log, "# reproduce: {reproducer}")?;
+    let mut argv = vec!["make", "-C", "/build"];
+    argv.extend(targets.iter().map(String::as_str));
+    let job = Job::new(tc.image_name(), "/build", &argv)
+        .mount(tree, "/build", false)
+        .env("ARCH", "x86_64");
+    let mut run = Run::new(runtime, runtime.env(&paths.repo), &mut log, "[sandbox]");
+    let failed = run.job(&job, &format!("make {}", targets.join(" ")))?;
+    let stopped = run.stopped.take();
+    drop(run);
+    let outcome = match (failed, stopped) {
+        (_, Some(why)) => {
+            eprintln!("E: [sandbox] FAIL: phyfarm stopped make: {why}");
+            Outcome::Fail
+        }
+        (Some(code), None) if infra_exit(runtime, code) => {
+            bail!("podman could not run make; see {}", log_path.display())
+        }
+        (Some(code), None) => {
+            eprintln!(
+                "E: [sandbox] FAIL: make exited {code}; see {}",
+                log_path.display()
+            );
+            Outcome::Fail
+        }
+        (None, None) => match copy_artifacts(tree, out) {
+            Ok(_) => {
+                info("[sandbox] PASS: make succeeded and its artifacts were copied");
+                Outcome::Pass
+            }
+            Err(e) if e.is_refusal() => {
+                eprintln!("E: [sandbox] FAIL: refused to copy an artifact: {e}");
+                Outcome::Fail
+            }
+            Err(e) => return Err(e.into()),
+        },
+    };
+    println!("{}", out.display());
+    Ok(outcome)
+}
+
+/// The files a kernel build hands on, as (artifact name, path in the tree,
+/// file name in the output folder).
+pub const ARTIFACTS: [(&str, &str, &str); 3] = [
+    ("bzImage", "arch/x86/boot/bzImage", "bzImage"),
+    ("config", ".config", ".config"),
+    ("System.map", "System.map", "System.map"),
+];
+
+/// Copy the build's artifacts out of `tree` into `out`, opening each
+/// without following links (crate::safe_fs): a build that turned one into
+/// a link to a runner file is refused, naming the artifact.
+pub fn copy_artifacts(
+    tree: &Path,
+    out: &Path,
+) -> Result<BTreeMap<String, String>, crate::safe_fs::SafeFsError> {
+    let mut done = BTreeMap::new();
+    for (name, from, to) in ARTIFACTS {
+        let dest = out.join(to);
+        crate::safe_fs::copy_out(tree, Path::new(from), &dest)?;
+        done.insert(name.to_string(), dest.display().to_string());
+    }
+    Ok(done)
 }
 
 /// Copy a tree with `cp -a` (mtimes kept, so kbuild sees nothing changed;

@@ -23,6 +23,8 @@ pub mod record;
 pub mod results;
 pub mod run;
 pub mod runtime;
+pub mod safe_fs;
+pub mod sandbox;
 pub mod series;
 pub mod series_build;
 pub mod series_changed;

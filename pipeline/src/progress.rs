@@ -16,11 +16,37 @@ pub fn warn(msg: &str) {
     eprintln!("W: {msg}");
 }
 
+/// Replace control characters (escape sequences from untrusted subjects,
+/// hunks and build output) before anything reaches a terminal.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 /// What a logged command left behind.
 #[derive(Debug)]
 pub struct Finished {
     pub status: ExitStatus,
     pub elapsed: Duration,
+    /// Why phyfarm stopped the command (a limit it enforces), if it did.
+    pub stopped: Option<String>,
+}
+
+/// A watch over a running command: asked four times a second; an answer
+/// stops the command (`stop` is called, then the child is killed).
+pub trait Watch {
+    fn check(&mut self, elapsed: Duration) -> Option<String>;
+    fn stop(&mut self) {}
+}
+
+/// No watch at all.
+pub struct Unwatched;
+
+impl Watch for Unwatched {
+    fn check(&mut self, _: Duration) -> Option<String> {
+        None
+    }
 }
 
 /// Build a `Command` from an argv and an optional working directory.
@@ -40,10 +66,22 @@ pub fn command(argv: &[String], cwd: Option<&Path>, env: &[(String, String)]) ->
 /// `heartbeat` a line `I: <label>: <elapsed>s, last: <last output line>` goes to
 /// stderr, so a long build shows it is alive.
 pub fn run_logged(
+    cmd: Command,
+    log: &mut File,
+    label: &str,
+    heartbeat: Duration,
+) -> io::Result<Finished> {
+    run_watched(cmd, log, label, heartbeat, &mut Unwatched)
+}
+
+/// [`run_logged`] under a [`Watch`]: when it answers, the command is
+/// stopped, the reason is logged and returned in [`Finished::stopped`].
+pub fn run_watched(
     mut cmd: Command,
     log: &mut File,
     label: &str,
     heartbeat: Duration,
+    watch: &mut dyn Watch,
 ) -> io::Result<Finished> {
     let start = Instant::now();
     cmd.stdin(Stdio::null())
@@ -69,8 +107,25 @@ pub fn run_logged(
     drop(tx);
     let mut last = String::new();
     let mut next_beat = start + heartbeat;
+    let mut stopped: Option<String> = None;
+    let mut stopped_at: Option<Instant> = None;
+    let tick = Duration::from_millis(250);
     loop {
-        let wait = next_beat.saturating_duration_since(Instant::now());
+        if stopped.is_none() {
+            if let Some(why) = watch.check(start.elapsed()) {
+                let _ = writeln!(log, "error: phyfarm stopped this step: {why}");
+                watch.stop();
+                let _ = child.kill();
+                stopped = Some(why);
+                stopped_at = Some(Instant::now());
+            }
+        } else if stopped_at.is_some_and(|t| t.elapsed() > Duration::from_secs(10)) {
+            // A grandchild may still hold the pipe: stop reading.
+            break;
+        }
+        let wait = next_beat
+            .saturating_duration_since(Instant::now())
+            .min(tick);
         match rx.recv_timeout(wait) {
             Ok(line) => {
                 log.write_all(&line)?;
@@ -80,16 +135,10 @@ pub fn run_logged(
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim();
                 if !text.is_empty() {
-                    last = text.chars().take(120).collect();
+                    last = printable(&text.chars().take(120).collect::<String>());
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                info(&format!(
-                    "{label}: {}s, last: {last}",
-                    start.elapsed().as_secs()
-                ));
-                next_beat = Instant::now() + heartbeat;
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         if Instant::now() >= next_beat {
@@ -100,14 +149,17 @@ pub fn run_logged(
             next_beat = Instant::now() + heartbeat;
         }
     }
-    for r in readers {
-        let _ = r.join();
+    if stopped.is_none() {
+        for r in readers {
+            let _ = r.join();
+        }
     }
     let status = child.wait()?;
     log.flush()?;
     Ok(Finished {
         status,
         elapsed: start.elapsed(),
+        stopped,
     })
 }
 
@@ -156,6 +208,45 @@ mod tests {
         assert_eq!(done.status.code(), Some(3));
         let log = std::fs::read_to_string(&path).unwrap();
         assert!(log.contains("out\n") && log.contains("err\n"), "{log}");
+    }
+
+    struct After(u64, bool);
+
+    impl Watch for After {
+        fn check(&mut self, elapsed: Duration) -> Option<String> {
+            (elapsed.as_secs() >= self.0).then(|| "timed out after 1s (TEST_TIMEOUT)".to_string())
+        }
+        fn stop(&mut self) {
+            self.1 = true;
+        }
+    }
+
+    #[test]
+    fn a_watch_stops_a_command_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let mut f = File::create(&path).unwrap();
+        let cmd = command(&["sleep".into(), "600".into()], None, &[]);
+        let mut w = After(1, false);
+        let t = Instant::now();
+        let done = run_watched(cmd, &mut f, "t", Duration::from_secs(60), &mut w).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(30));
+        assert!(!done.status.success());
+        assert!(w.1, "stop() was not called");
+        assert_eq!(
+            done.stopped.as_deref(),
+            Some("timed out after 1s (TEST_TIMEOUT)")
+        );
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            log.contains("phyfarm stopped this step: timed out"),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn escape_sequences_never_reach_the_terminal() {
+        assert_eq!(printable("a\x1b]0;pwned\x07b\r"), "a?]0;pwned?b?");
     }
 
     #[test]

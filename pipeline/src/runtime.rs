@@ -118,16 +118,34 @@ impl Runtime {
         }
     }
 
-    /// The exact argv that runs `job`, plus the working directory to spawn it in
+    /// The exact argv that runs `job` in the sandbox with every limit on
+    /// (what `--dry-run` prints), plus the working directory to spawn it in
     /// (host runtime only).
     pub fn argv(self, job: &Job) -> (Vec<String>, Option<PathBuf>) {
+        let limits = crate::sandbox::Limits::from_env()
+            .unwrap_or_else(|_| crate::sandbox::Limits::from_env_defaults());
+        self.argv_in(job, &crate::sandbox::Sandbox::declared(limits), None)
+    }
+
+    /// The exact argv that runs `job` in `sandbox` (podman), as container
+    /// `name` when given (so a timeout can remove it).
+    pub fn argv_in(
+        self,
+        job: &Job,
+        sandbox: &crate::sandbox::Sandbox,
+        name: Option<&str>,
+    ) -> (Vec<String>, Option<PathBuf>) {
         match self {
             Runtime::Podman => {
                 let mut v: Vec<String> = vec!["podman".into(), "run".into(), "--rm".into()];
+                if let Some(n) = name {
+                    v.push(format!("--name={n}"));
+                }
                 v.extend(ulimit_args());
                 if !job.network {
                     v.push("--network=none".into());
                 }
+                v.extend(sandbox.podman_args());
                 for m in &job.mounts {
                     let ro = if m.read_only { ",ro" } else { "" };
                     v.push(format!(
@@ -211,6 +229,15 @@ mod tests {
         assert!(cwd.is_none());
         assert_eq!(&v[..3], &["podman", "run", "--rm"]);
         assert!(v.contains(&"--network=none".to_string()));
+        for flag in [
+            "--cap-drop=all",
+            "--security-opt=no-new-privileges",
+            "--read-only",
+        ] {
+            assert!(v.contains(&flag.to_string()), "{flag} missing: {v:?}");
+        }
+        assert!(v.iter().any(|a| a.starts_with("--uidmap=0:")), "{v:?}");
+        assert!(v.iter().any(|a| a.starts_with("--pids-limit=")), "{v:?}");
         assert!(v.contains(&"--mount=type=bind,src=/cache/src/linux,dst=/src,ro".to_string()));
         assert!(v.contains(&"--mount=type=bind,src=/cache/build/rust,dst=/build".to_string()));
         let img = v.iter().position(|a| a == "img:1").unwrap();

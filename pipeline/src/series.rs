@@ -36,7 +36,7 @@ pub const MAX_MBOX_BYTES: u64 = 16 * MAX_PATCH_BYTES;
 pub const MANIFEST_FILE: &str = "series.toml";
 
 /// One revision of a patch series, as posted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Series {
     /// The directory or mbox it was read from.
     pub source: PathBuf,
@@ -59,7 +59,7 @@ pub struct Series {
 }
 
 /// The `0/m` cover letter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Cover {
     pub total: u32,
     pub subject: String,
@@ -71,7 +71,7 @@ pub struct Cover {
 }
 
 /// One patch of the series.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Patch {
     pub index: u32,
     pub total: u32,
@@ -104,8 +104,8 @@ fn read_bounded(file: &Path, limit: u64) -> Result<Vec<u8>, SeriesError> {
         source,
     };
     let mut buf = Vec::new();
-    std::fs::File::open(file)
-        .map_err(io)?
+    crate::safe_fs::open_file(file)
+        .map_err(|e| SeriesError::Unsafe(Box::new(e)))?
         .take(limit + 1)
         .read_to_end(&mut buf)
         .map_err(io)?;
@@ -153,20 +153,38 @@ struct Item {
 /// Load a series from a directory of `*.patch` files (sorted by name, an
 /// optional `0000` cover letter) or from an mbox file.
 pub fn load(path: &Path) -> Result<Series, SeriesError> {
-    let meta = std::fs::metadata(path).map_err(|source| SeriesError::Io {
+    // The revision folder (or mbox) and every file in it are read without
+    // following links: a link in a pull request is refused, by name.
+    let meta = std::fs::symlink_metadata(path).map_err(|source| SeriesError::Io {
         file: path.to_path_buf(),
         source,
     })?;
+    if meta.file_type().is_symlink() {
+        return Err(SeriesError::Unsafe(Box::new(
+            crate::safe_fs::SafeFsError::Symlink {
+                path: path.to_path_buf(),
+            },
+        )));
+    }
     let mut items = Vec::new();
     if meta.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| SeriesError::Io {
-                file: path.to_path_buf(),
-                source,
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "patch") && p.is_file())
-            .collect();
+        let mut files: Vec<PathBuf> = Vec::new();
+        let entries = std::fs::read_dir(path).map_err(|source| SeriesError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        for e in entries.filter_map(|e| e.ok()) {
+            let p = e.path();
+            if !p.extension().is_some_and(|e| e == "patch") {
+                continue;
+            }
+            // file_type() does not follow links: a linked *.patch is refused
+            // (read_bounded names it), never skipped.
+            match e.file_type() {
+                Ok(t) if t.is_file() || t.is_symlink() => files.push(p),
+                _ => {}
+            }
+        }
         files.sort();
         for f in files {
             let bytes = read_bounded(&f, MAX_PATCH_BYTES)?;
@@ -192,7 +210,9 @@ pub fn load(path: &Path) -> Result<Series, SeriesError> {
     if series.change_id.is_none() && meta.is_dir() {
         if let Some(parent) = path.parent() {
             let manifest = parent.join(MANIFEST_FILE);
-            if manifest.is_file() {
+            // symlink_metadata: a linked series.toml is read (and refused
+            // by name) rather than silently ignored.
+            if std::fs::symlink_metadata(&manifest).is_ok() {
                 series.change_id = load_manifest(&manifest)?.change_id;
             }
         }

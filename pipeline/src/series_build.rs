@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -35,7 +35,7 @@ pub struct SeriesBuildOptions {
 }
 
 /// One build after one patch.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PatchBuild {
     pub index: u32,
     pub variant: Variant,
@@ -47,7 +47,7 @@ pub struct PatchBuild {
 }
 
 /// A Rust gate on the patched tree.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Gate {
     pub name: String,
     /// PASS, FAIL, ERROR or SKIP.
@@ -58,7 +58,7 @@ pub struct Gate {
     pub log_excerpt: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SeriesBuild {
     pub reproducer: String,
     pub series: Series,
@@ -97,19 +97,17 @@ pub fn gate_target(name: &str, jobs: usize, tree: &Path) -> Option<Vec<String>> 
         "clippy" => Some(base(&["CLIPPY=1", &j, "bzImage"])),
         "rustdoc" => Some(base(&[&j, "rustdoc"])),
         "enum-check" => {
-            let mk = std::fs::read_to_string(tree.join("rust/Makefile")).unwrap_or_default();
+            // The patched tree: read without following links.
+            let mk = crate::safe_fs::read_in(tree, Path::new("rust/Makefile"), 1 << 20)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
             mk.contains(ENUM_CHECK_OUTPUT).then(|| base(&[&j, "rust/"]))
         }
         _ => None,
     }
 }
 
-/// Replace control characters (from untrusted subjects) before printing.
-pub fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
+pub use crate::progress::printable;
 
 /// Write each patch of the series as `NNNN.patch` into `dir` (mbox messages
 /// are cut at their start lines), so git never sees a user-chosen file name.
@@ -117,7 +115,11 @@ pub fn stage_patches(s: &Series, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut out = Vec::new();
     for (i, p) in s.patches.iter().enumerate() {
-        let text = std::fs::read(&p.file).with_context(|| format!("{}", p.file.display()))?;
+        let mut text = Vec::new();
+        crate::safe_fs::open_file(&p.file)?
+            .take(series::MAX_MBOX_BYTES + 1)
+            .read_to_end(&mut text)
+            .with_context(|| format!("{}", p.file.display()))?;
         let same_file_next = s.patches[i + 1..].iter().find(|q| q.file == p.file);
         let bytes = if p.line > 1 || same_file_next.is_some() {
             let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
@@ -176,12 +178,7 @@ impl Ctx<'_> {
     }
 
     fn run<'l>(&self, log: &'l mut File, label: &str) -> Run<'l> {
-        Run {
-            runtime: self.opts.runtime,
-            env: self.env.clone(),
-            log,
-            label: label.to_string(),
-        }
+        Run::new(self.opts.runtime, self.env.clone(), log, label)
     }
 }
 
@@ -282,7 +279,13 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     }
     {
         let mut run = ctx.run(&mut log, "[series]");
+        // Git must judge files by content and mtime only: the sandbox hands
+        // the tree to another uid (ctime, owner), and a checkout that
+        // rewrote every file would give them new mtimes and turn each
+        // per-patch build into a full kernel build.
         for args in [
+            vec!["config", "core.checkStat", "minimal"],
+            vec!["config", "core.trustctime", "false"],
             vec!["checkout", "-q", "-f", BASE_TAG],
             vec!["clean", "-q", "-f", "-d", "-x"],
         ] {
@@ -294,18 +297,14 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
             }
         }
     }
-    // Series build trees start as copies of the base trees.
+    // Every series build starts from a fresh copy of the base tree: the
+    // previous series' build could write anything into its own tree, and
+    // none of it may reach this one.
     for v in &opts.variants {
         let base_tree = Layout::new(paths, &ctx.tc.kernel_version, *v).build;
         let dir = ctx.series_build_dir(*v);
-        let stamp = ".phyfarm-config-inputs";
-        let same = std::fs::read(base_tree.join(stamp)).ok() == std::fs::read(dir.join(stamp)).ok();
-        if !dir.join(".config").is_file() || !same {
-            info(&format!(
-                "[{v}] seeding the series build tree from the base"
-            ));
-            kernel::copy_tree(&base_tree, &dir)?;
-        }
+        info(&format!("[{v}] a fresh series build tree from the base"));
+        kernel::copy_tree(&base_tree, &dir)?;
     }
 
     // 3. Apply and build, patch by patch.
@@ -368,14 +367,27 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     }
 
     // 5. Artifacts per variant, for the farm.
+    let mut refused: Vec<String> = Vec::new();
     for v in &opts.variants {
         let last = builds.iter().rev().find(|b| b.variant == *v);
         if let Some(b) = last.filter(|b| b.status == Status::Pass && !broken) {
             let dir = opts.out.join(v.name());
             std::fs::create_dir_all(&dir)?;
             let tree = ctx.series_build_dir(*v);
-            std::fs::copy(tree.join("arch/x86/boot/bzImage"), dir.join("bzImage"))?;
-            std::fs::copy(tree.join(".config"), dir.join(".config"))?;
+            // The series' own build wrote this tree: nothing is followed.
+            for (from, to) in [("arch/x86/boot/bzImage", "bzImage"), (".config", ".config")] {
+                if let Err(e) = crate::safe_fs::copy_out(&tree, Path::new(from), &dir.join(to)) {
+                    if !e.is_refusal() {
+                        return Err(e.into());
+                    }
+                    eprintln!("E: [{v}] refused to copy an artifact: {e}");
+                    refused.push(format!("[{v}] refused to copy an artifact: {e}"));
+                }
+            }
+            if refused.iter().any(|r| r.starts_with(&format!("[{v}]"))) {
+                let _ = std::fs::remove_file(dir.join("bzImage"));
+                continue;
+            }
             let mut meta: BuildMetadata =
                 metadata::read_json(&opts.out.join("base").join(v.name()).join("metadata.json"))?
                     .context("base metadata missing")?;
@@ -390,7 +402,18 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         }
     }
 
+    for r in &refused {
+        if let Some(b) = builds
+            .iter_mut()
+            .rev()
+            .find(|b| r.starts_with(&format!("[{}]", b.variant)))
+        {
+            b.status = Status::Fail;
+            b.log_excerpt.insert(0, r.clone());
+        }
+    }
     let failed = broken
+        || !refused.is_empty()
         || builds.iter().any(|b| b.status != Status::Pass)
         || gates.iter().any(|g| g.status == "FAIL");
     let errored = gates.iter().any(|g| g.status == "ERROR");
@@ -510,9 +533,10 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let failed = ctx
-        .run(&mut log, &label)
-        .job(&ctx.make_job(v, &argv), "make bzImage")?;
+    let mut run = ctx.run(&mut log, &label);
+    let failed = run.job(&ctx.make_job(v, &argv), "make bzImage")?;
+    let stopped = run.stopped.take();
+    drop(run);
     let seconds = t.elapsed().as_secs_f64();
     drop(log);
     let text = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -540,10 +564,14 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
         seconds,
         new_warnings,
         log: log_path.display().to_string(),
-        log_excerpt: if failed.is_some() {
-            metadata::error_excerpt(&text, 20)
-        } else {
-            vec![]
+        log_excerpt: match (&failed, stopped) {
+            (Some(_), Some(why)) => {
+                let mut e = vec![format!("phyfarm stopped the build: {why}")];
+                e.extend(metadata::error_excerpt(&text, 19));
+                e
+            }
+            (Some(_), None) => metadata::error_excerpt(&text, 20),
+            (None, _) => vec![],
         },
     })
 }
@@ -581,9 +609,10 @@ fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
         }
     }
     let t = Instant::now();
-    let failed = ctx
-        .run(&mut log, &format!("[gate {name}]"))
-        .job(&ctx.make_job(Variant::Rust, &argv), name)?;
+    let mut run = ctx.run(&mut log, &format!("[gate {name}]"));
+    let failed = run.job(&ctx.make_job(Variant::Rust, &argv), name)?;
+    let stopped = run.stopped.take();
+    drop(run);
     gate.seconds = t.elapsed().as_secs_f64();
     drop(log);
     let text = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -596,6 +625,9 @@ fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
                 .trim()
                 .trim_start_matches(['|', '^', '_', ' '])
                 .to_string();
+        }
+        if let Some(why) = stopped {
+            gate.message = format!("phyfarm stopped the gate: {why}");
         }
     }
     info(&format!(

@@ -183,6 +183,7 @@ pub fn changed(repo: &Path, base: &str, head: &str) -> Result<Changes, ChangedEr
             PATCHES_DIR,
         ],
     )?;
+    refuse_links(repo, &head_id)?;
     let before = revisions_at(repo, &merge_base)?;
     let after = revisions_at(repo, &head_id)?;
     let revisions = classify(&parse_name_status(&diff)?, &before, &after)?;
@@ -337,6 +338,27 @@ fn revision_number(name: &str) -> Result<Option<u32>, &'static str> {
         return Err(bad);
     }
     digits.parse::<u32>().map(Some).map_err(|_| bad)
+}
+
+/// A symbolic link (or a submodule) anywhere under `patches/` at `commit`
+/// is refused: a checkout would follow it out of the pull request's tree.
+fn refuse_links(repo: &Path, commit: &str) -> Result<(), ChangedError> {
+    let listing = git(repo, &["ls-tree", "-r", "-z", commit, "--", PATCHES_DIR])?;
+    for entry in listing.split('\0').filter(|e| !e.is_empty()) {
+        let Some((meta, path)) = entry.split_once('\t') else {
+            continue;
+        };
+        let reason = match meta.split(' ').next() {
+            Some("120000") => "a symbolic link; series files must be regular files",
+            Some("160000") => "a submodule; series files must be regular files",
+            _ => continue,
+        };
+        return Err(ChangedError::BadPath {
+            path: path.to_string(),
+            reason,
+        });
+    }
+    Ok(())
 }
 
 /// Every revision folder that holds a file at `commit`, per series.

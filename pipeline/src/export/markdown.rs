@@ -7,10 +7,38 @@ use super::patchwork::{self, CheckState4};
 use super::Bundle;
 use crate::verdict::{FindingKind, Movement};
 
-/// Escape markdown (and inline HTML) so patch text renders as text.
+/// A zero-width space: it breaks GitHub's @mentions and autolinks without
+/// changing what a reader sees.
+const ZWSP: char = '\u{200B}';
+
+/// Escape markdown (and inline HTML) so patch text renders as text, and
+/// neutralise what GitHub would act on: `@name` mentions (notifications)
+/// and bare `scheme://` or `www.` links (autolinks).
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let chars: Vec<char> = s.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let next = |k: usize| chars.get(i + k).copied();
+        if c == '@' {
+            out.push('@');
+            out.push(ZWSP);
+            continue;
+        }
+        if c == ':' && next(1) == Some('/') && next(2) == Some('/') {
+            out.push(':');
+            out.push(ZWSP);
+            continue;
+        }
+        if matches!(c, 'w' | 'W')
+            && (i == 0 || !chars[i - 1].is_alphanumeric())
+            && next(1).is_some_and(|x| x.eq_ignore_ascii_case(&'w'))
+            && next(2).is_some_and(|x| x.eq_ignore_ascii_case(&'w'))
+            && next(3) == Some('.')
+        {
+            out.push(c);
+            out.push(ZWSP);
+            continue;
+        }
         match c {
             '\\' | '`' | '*' | '_' | '[' | ']' | '(' | ')' | '#' | '|' | '!' | '~' | '{' | '}' => {
                 out.push('\\');
@@ -180,4 +208,31 @@ pub fn export(b: &Bundle) -> String {
     }
     s.push_str(&format!("Details: {}\n", b.target_url()));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn mentions_and_bare_links_are_neutralised() {
+        let e =
+            escape("cc @torvalds see https://evil.example/x and WWW.evil.example, mail a@b.org");
+        assert!(!e.contains("@torvalds"), "{e}");
+        assert!(e.contains("@\u{200B}torvalds"), "{e}");
+        assert!(!e.contains("https://"), "{e}");
+        assert!(e.contains("https:\u{200B}//evil.example"), "{e}");
+        assert!(!e.contains("WWW.evil"), "{e}");
+        assert!(!e.contains("a@b.org"), "{e}");
+        // An ordinary word ending in "www" is left alone.
+        assert_eq!(escape("awww."), "awww.");
+    }
+
+    #[test]
+    fn images_links_and_html_stay_text() {
+        let e = escape("![x](https://t.example/p.png) [y](javascript:alert(1)) <img src=x>");
+        assert!(e.starts_with("\\!\\[x\\]\\("), "{e}");
+        assert!(!e.contains("<img"), "{e}");
+        assert!(!e.contains("]("), "{e}");
+    }
 }

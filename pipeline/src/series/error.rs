@@ -81,4 +81,8 @@ pub enum SeriesError {
     },
     #[error("{}: {reason}", file.display())]
     Manifest { file: PathBuf, reason: String },
+    /// A link, or something other than a regular file, where a series file
+    /// was expected.
+    #[error(transparent)]
+    Unsafe(Box<crate::safe_fs::SafeFsError>),
 }

@@ -381,3 +381,28 @@ fn name_status_parsing() {
     assert!(parse_name_status("M\0").is_err());
     assert!(parse_name_status("").unwrap().is_empty());
 }
+
+#[test]
+fn links_under_patches_are_refused_by_name() {
+    for link in [
+        "patches/s/v1/0001-a.patch",
+        "patches/s/series.toml",
+        "patches/evil",
+    ] {
+        let r = Repo::new();
+        let base = r.git(&["rev-parse", "HEAD"]);
+        r.write("patches/s/v1/0002-b.patch", "x\n");
+        let p = r.path().join(link);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", &p).unwrap();
+        let head = r.commit("link");
+        let err = changed(r.path(), &base, &head).unwrap_err();
+        assert!(matches!(err, ChangedError::BadPath { .. }), "{link}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(link) && text.contains("symbolic link"),
+            "{text}"
+        );
+        assert!(!text.contains("root:"), "{text}");
+    }
+}
