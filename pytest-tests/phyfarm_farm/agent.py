@@ -16,6 +16,12 @@ from .errors import AgentError, GuestTimeout
 #: Extra time the host waits for a reply beyond the command's own timeout.
 SLACK = 10.0
 
+#: Longest line the host accepts from the guest agent. The agent caps a
+#: command's output (the checks ask at most 8 MiB per stream); a longer line
+#: is a misbehaving guest, and the connection is dropped rather than
+#: buffered without limit.
+MAX_LINE = 64 * 1024 * 1024
+
 
 @dataclass
 class CmdResult:
@@ -63,6 +69,8 @@ class Agent:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._wlock = threading.Lock()
+        #: Why the host dropped the connection, if it did.
+        self.broken: str | None = None
 
     def connect(self, deadline: float) -> None:
         while True:
@@ -92,9 +100,20 @@ class Agent:
             if not data:
                 break
             buf += data
+            too_long = False
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
+                if len(line) > MAX_LINE:
+                    too_long = True
+                    break
                 self._dispatch(line)
+            if too_long or len(buf) > MAX_LINE:
+                self.broken = (
+                    f"the guest agent sent a line longer than {MAX_LINE} bytes; "
+                    "the host dropped the connection"
+                )
+                self.close()
+                break
         self._closed.set()
         with self._lock:
             for p in self._pending.values():
@@ -159,9 +178,8 @@ class Agent:
                     f"{timeout + SLACK:.0f}s (--guest-timeout {timeout:.0f}s + {SLACK:.0f}s)"
                 )
         if p.reply is None:
-            raise AgentError(
-                f"no reply to {describe(p.request)}: {self.dead() or 'agent connection closed'}"
-            )
+            why = self.broken or self.dead() or "agent connection closed"
+            raise AgentError(f"no reply to {describe(p.request)}: {why}")
         if "error" in p.reply:
             raise AgentError(f"the agent rejected {describe(p.request)}: {p.reply['error']}")
         return p.reply

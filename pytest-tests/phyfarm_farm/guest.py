@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import functools
+import grp
+import os
+import pwd
 import re
+import stat
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +73,69 @@ def qemu_version(binary: str = "qemu-system-x86_64") -> tuple[int, int]:
         raise SetupError(f"{binary} is not installed (apt-get install qemu-system-x86)") from e
     m = re.search(r"version (\d+)\.(\d+)", out)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+#: The user QEMU drops to when the harness runs as root (created by
+#: containers/host-setup.sh; PHYFARM_QEMU_USER overrides it). The same rule
+#: as pipeline/src/boot.rs for `phyfarm boot`.
+QEMU_USER = "phyfarm-qemu"
+
+
+def sandbox_option(drops_root: bool) -> str:
+    """QEMU's seccomp sandbox. set*id stays allowed only when QEMU drops root
+    itself: afterwards it has no capabilities and no_new_privs."""
+    return (
+        "on,obsolete=deny,elevateprivileges="
+        + ("allow" if drops_root else "deny")
+        + ",spawn=deny,resourcecontrol=deny"
+    )
+
+
+@functools.cache
+def qemu_user() -> pwd.struct_passwd | None:
+    """The user QEMU runs the untrusted kernel as, or None when the harness is
+    not root (QEMU is unprivileged already) or the user is missing (warned)."""
+    if os.geteuid() != 0:
+        return None
+    name = os.environ.get("PHYFARM_QEMU_USER") or QEMU_USER
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        warnings.warn(
+            f"user {name} does not exist: QEMU runs the kernel as root "
+            "(run containers/host-setup.sh)",
+            stacklevel=2,
+        )
+        return None
+
+
+def confinement_args(user: str | None, version: tuple[int, int]) -> list[str]:
+    v = ["-sandbox", sandbox_option(user is not None)]
+    if user is not None:
+        # -runas is spelled -run-with user= from QEMU 9.1 on.
+        v += ["-run-with", f"user={user}"] if version >= (9, 1) else ["-runas", user]
+    return v
+
+
+def share_with_qemu(sockdir: Path, user: pwd.struct_passwd) -> None:
+    """Let QEMU, once it has dropped root, reach the emulator's sockets in
+    `sockdir` (connect and sendto need write permission on a socket): the
+    folder and each socket get QEMU's group, nothing else changes."""
+    gid = user.pw_gid
+    os.chown(sockdir, -1, gid)
+    os.chmod(sockdir, (os.stat(sockdir).st_mode & 0o7777) | stat.S_IXGRP)
+    for p in sockdir.iterdir():
+        st = os.lstat(p)
+        if stat.S_ISSOCK(st.st_mode):
+            os.chown(p, -1, gid, follow_symlinks=False)
+            os.chmod(p, (st.st_mode & 0o7777) | stat.S_IRGRP | stat.S_IWGRP)
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def reconnect_option(version: tuple[int, int]) -> str:
@@ -168,6 +236,8 @@ def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
         v += [*_dgram_netdev("u0", *cfg.usb_net), "-device", "usb-net,netdev=u0,bus=xhci.0"]
     if cfg.wire is not None:
         v += [*_dgram_netdev("n0", *cfg.wire), "-device", "virtio-net-pci,netdev=n0"]
+    user = qemu_user()
+    v += confinement_args(user.pw_name if user else None, qemu_version())
     return v
 
 
@@ -194,6 +264,9 @@ class Guest:
     def start(self) -> None:
         self.logdir.mkdir(parents=True, exist_ok=True)
         (self.logdir / "qemu.cmd").write_text(" ".join(self.argv) + "\n")
+        user = qemu_user()
+        if user is not None:
+            share_with_qemu(self.agent_sock.parent, user)
         self.started = time.monotonic()
         self.proc = Proc("qemu", self.argv, self.logdir / "qemu.log")
         self.agent = Agent(self.agent_sock, self.dead)
