@@ -10,6 +10,7 @@ pub mod ep0;
 pub mod faults;
 pub mod framing;
 pub mod impair;
+pub mod link;
 pub mod log;
 pub mod mac;
 pub mod net;

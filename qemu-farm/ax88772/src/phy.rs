@@ -1,11 +1,12 @@
-//! The internal 10/100 PHY as a clause-22 register file with a link state
-//! machine (autonegotiation against a configurable link partner).
+//! The internal 10/100 PHY as a clause-22 register file. The link state
+//! machine behind it (carrier, partner, autonegotiation) is `link`.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::{log_i, log_w};
+pub use crate::link::{Cable, CableState, Controls, Link, LinkMode, Partner, PhyState, Quirks};
+use crate::log_w;
 
 /// MDIO address of the embedded PHY (`AX_EMBD_PHY_ADDR`).
 pub const PHY_ADDR: u8 = 0x10;
@@ -68,142 +69,6 @@ pub mod adv {
 
 const VENDOR_DEFAULTS: [u16; 3] = [0x442c, 0x03c8, 0x4044];
 
-/// A 10/100 link mode, in the order of preference of autonegotiation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum LinkMode {
-    #[serde(rename = "10half")]
-    Half10,
-    #[serde(rename = "10full")]
-    Full10,
-    #[serde(rename = "100half")]
-    Half100,
-    #[serde(rename = "100full")]
-    Full100,
-}
-
-impl LinkMode {
-    pub const ALL: [LinkMode; 4] = [
-        LinkMode::Full100,
-        LinkMode::Half100,
-        LinkMode::Full10,
-        LinkMode::Half10,
-    ];
-
-    fn adv_bit(self) -> u16 {
-        match self {
-            LinkMode::Half10 => adv::HALF10,
-            LinkMode::Full10 => adv::FULL10,
-            LinkMode::Half100 => adv::HALF100,
-            LinkMode::Full100 => adv::FULL100,
-        }
-    }
-
-    pub fn speed(self) -> u16 {
-        match self {
-            LinkMode::Half10 | LinkMode::Full10 => 10,
-            LinkMode::Half100 | LinkMode::Full100 => 100,
-        }
-    }
-
-    pub fn full_duplex(self) -> bool {
-        matches!(self, LinkMode::Full10 | LinkMode::Full100)
-    }
-
-    fn from_parts(speed100: bool, full: bool) -> LinkMode {
-        match (speed100, full) {
-            (true, true) => LinkMode::Full100,
-            (true, false) => LinkMode::Half100,
-            (false, true) => LinkMode::Full10,
-            (false, false) => LinkMode::Half10,
-        }
-    }
-}
-
-/// What the far end of the cable does.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Partner {
-    /// Partner autonegotiates; otherwise it is forced to its best mode.
-    pub autoneg: bool,
-    pub modes: Vec<LinkMode>,
-    pub pause: bool,
-    pub asym_pause: bool,
-}
-
-impl Default for Partner {
-    fn default() -> Self {
-        Partner {
-            autoneg: true,
-            modes: LinkMode::ALL.to_vec(),
-            pause: true,
-            asym_pause: false,
-        }
-    }
-}
-
-impl Partner {
-    fn best(&self) -> Option<LinkMode> {
-        self.modes.iter().copied().max()
-    }
-
-    fn lpa(&self) -> u16 {
-        let mut v = adv::CSMA | adv::LPACK;
-        for m in &self.modes {
-            v |= m.adv_bit();
-        }
-        if self.pause {
-            v |= adv::PAUSE;
-        }
-        if self.asym_pause {
-            v |= adv::ASYM;
-        }
-        v
-    }
-}
-
-/// Partner behaviours some drivers work around.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Quirks {
-    /// LPA reads 0 even after autonegotiation completed.
-    pub lpa_zero: bool,
-    /// After the link is lost, it only comes back after a BMCR reset.
-    pub reset_after_link_loss: bool,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CableState {
-    #[default]
-    Ok,
-    Open,
-    Short,
-}
-
-/// The cable between the PHY and the partner. Open or short: no carrier.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Cable {
-    pub state: CableState,
-    /// Distance to the fault in metres (0 for a good cable).
-    #[serde(default)]
-    pub distance_m: f64,
-}
-
-/// Lifecycle of the PHY.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PhyState {
-    /// Held in reset or powered down by the MAC (SW_RESET IPRL=0 / IPPD=1).
-    Reset,
-    /// Autonegotiation running.
-    Autoneg,
-    LinkUp,
-    /// No link: no carrier, BMCR power-down, no common mode, or a partner
-    /// quirk waiting for a reset.
-    LinkDown,
-}
-
 /// Everything a test may want to assert on, without side effects.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PhySnapshot {
@@ -234,230 +99,66 @@ pub struct PhySnapshot {
     pub mdio_writes: BTreeMap<String, u64>,
 }
 
-/// Outcome of the link state machine at one moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Status {
-    state: PhyState,
-    mode: Option<LinkMode>,
-    pause: bool,
-    an_complete: bool,
-}
-
 pub struct Phy {
     id: u32,
     bmcr: u16,
     adv: u16,
-    /// ADVERTISE as autonegotiation last (re)started with it: a new
-    /// advertisement takes effect only with a restart, as on the chip.
-    adv_neg: u16,
     vendor: [u16; 3],
     mmd_ctrl: u16,
     mmd_addr: u16,
     held_in_reset: bool,
-    carrier: bool,
-    cable: Cable,
-    partner: Partner,
-    quirks: Quirks,
-    autoneg_delay: Duration,
-    an_done_at: Instant,
-    now: Instant,
-    last: Status,
-    carrier_seen: bool,
-    latched_down: bool,
-    needs_reset: bool,
-    link_ups: u64,
-    link_downs: u64,
+    link: Link,
     reads: [u64; 32],
     writes: [u64; 32],
 }
 
 impl Phy {
     pub fn new(id: u32, now: Instant) -> Phy {
-        let mut p = Phy {
+        let c = Controls {
+            bmcr: bmcr::DEFAULT,
+            adv: adv::DEFAULT,
+            held_in_reset: false,
+        };
+        Phy {
             id,
             bmcr: bmcr::DEFAULT,
             adv: adv::DEFAULT,
-            adv_neg: adv::DEFAULT,
             vendor: VENDOR_DEFAULTS,
             mmd_ctrl: 0,
             mmd_addr: 0,
             held_in_reset: false,
-            carrier: true,
-            cable: Cable::default(),
-            partner: Partner::default(),
-            quirks: Quirks::default(),
-            autoneg_delay: Duration::ZERO,
-            an_done_at: now,
-            now,
-            last: Status {
-                state: PhyState::LinkDown,
-                mode: None,
-                pause: false,
-                an_complete: false,
-            },
-            carrier_seen: true,
-            latched_down: false,
-            needs_reset: false,
-            link_ups: 0,
-            link_downs: 0,
+            link: Link::new(now, c),
             reads: [0; 32],
             writes: [0; 32],
-        };
-        p.last = p.compute();
-        p
+        }
     }
 
-    /// Advance the model's clock and run the link state machine.
-    pub fn set_time(&mut self, now: Instant) {
-        if now > self.now {
-            self.now = now;
-        }
-        self.update();
-    }
-
-    fn carrier_present(&self) -> bool {
-        self.carrier && self.cable.state == CableState::Ok
-    }
-
-    fn restart_aneg(&mut self) {
-        self.an_done_at = self.now + self.autoneg_delay;
-        self.adv_neg = self.adv;
-    }
-
-    fn compute(&self) -> Status {
-        let down = |state| Status {
-            state,
-            mode: None,
-            pause: false,
-            an_complete: false,
-        };
-        if self.held_in_reset {
-            return down(PhyState::Reset);
-        }
-        if self.bmcr & bmcr::PDOWN != 0 {
-            return down(PhyState::LinkDown);
-        }
-        let forced = LinkMode::from_parts(
-            self.bmcr & bmcr::SPEED100 != 0,
-            self.bmcr & bmcr::FULLDPLX != 0,
-        );
-        if self.bmcr & bmcr::LOOPBACK != 0 {
-            let mode = Some(forced);
-            return Status {
-                state: PhyState::LinkUp,
-                mode,
-                pause: false,
-                an_complete: false,
-            };
-        }
-        if !self.carrier_present() || self.needs_reset {
-            return down(PhyState::LinkDown);
-        }
-        if self.bmcr & bmcr::ANENABLE == 0 {
-            let partner_ok = if self.partner.autoneg {
-                self.partner
-                    .modes
-                    .iter()
-                    .any(|m| m.speed() == forced.speed())
-            } else {
-                self.partner.best().map(|m| m.speed()) == Some(forced.speed())
-            };
-            if !partner_ok {
-                return down(PhyState::LinkDown);
-            }
-            let mode = Some(forced);
-            return Status {
-                state: PhyState::LinkUp,
-                mode,
-                pause: false,
-                an_complete: false,
-            };
-        }
-        if self.now < self.an_done_at {
-            return down(PhyState::Autoneg);
-        }
-        if self.partner.autoneg && self.partner.modes.is_empty() {
-            // A partner that advertises nothing: autonegotiation never
-            // completes.
-            return down(PhyState::Autoneg);
-        }
-        if self.partner.autoneg {
-            let common = LinkMode::ALL
-                .into_iter()
-                .find(|m| self.adv_neg & m.adv_bit() != 0 && self.partner.modes.contains(m));
-            let Some(mode) = common else {
-                return Status {
-                    an_complete: true,
-                    ..down(PhyState::LinkDown)
-                };
-            };
-            let pause = mode.full_duplex() && self.adv_neg & adv::PAUSE != 0 && self.partner.pause;
-            Status {
-                state: PhyState::LinkUp,
-                mode: Some(mode),
-                pause,
-                an_complete: true,
-            }
-        } else {
-            // Parallel detection: the partner's speed, half duplex.
-            let Some(best) = self.partner.best() else {
-                return down(PhyState::LinkDown);
-            };
-            let mode = LinkMode::from_parts(best.speed() == 100, false);
-            if self.adv_neg & mode.adv_bit() == 0 {
-                return down(PhyState::LinkDown);
-            }
-            Status {
-                state: PhyState::LinkUp,
-                mode: Some(mode),
-                pause: false,
-                an_complete: true,
-            }
+    fn controls(&self) -> Controls {
+        Controls {
+            bmcr: self.bmcr,
+            adv: self.adv,
+            held_in_reset: self.held_in_reset,
         }
     }
 
     fn update(&mut self) {
-        let carrier = self.carrier_present();
-        if carrier && !self.carrier_seen {
-            // Link pulses appear: autonegotiation starts over.
-            self.restart_aneg();
-        }
-        self.carrier_seen = carrier;
-        let st = self.compute();
-        let was_up = self.last.state == PhyState::LinkUp;
-        let is_up = st.state == PhyState::LinkUp;
-        if was_up && !is_up {
-            self.link_downs += 1;
-            self.latched_down = true;
-            if self.quirks.reset_after_link_loss && !carrier {
-                self.needs_reset = true;
-            }
-            log_i!("phy: link down ({:?})", st.state);
-        } else if was_up && is_up && (st.mode != self.last.mode || st.pause != self.last.pause) {
-            // A PHY whose speed, duplex or pause changes under a live link
-            // (forced mode written, partner changed) retrains: the link drops
-            // and returns, and the latched-low status shows the drop. Linux
-            // relies on that to reprogram the MAC (phylink mac_link_up);
-            // without it the MAC keeps the old medium mode.
-            self.link_downs += 1;
-            self.link_ups += 1;
-            self.latched_down = true;
-            if let Some(m) = st.mode {
-                let d = if m.full_duplex() { "full" } else { "half" };
-                log_i!("phy: link retrained at {}/{d}", m.speed());
-            }
-        } else if !was_up && is_up {
-            self.link_ups += 1;
-            if let Some(m) = st.mode {
-                let d = if m.full_duplex() { "full" } else { "half" };
-                log_i!(
-                    "phy: link up {}/{d}{}",
-                    m.speed(),
-                    if st.pause { " pause" } else { "" }
-                );
-            }
-        }
-        self.last = st;
+        let c = self.controls();
+        self.link.update(c);
+    }
+
+    fn restart_aneg(&mut self) {
+        self.link.restart(self.adv);
+    }
+
+    /// Advance the model's clock and run the link state machine.
+    pub fn set_time(&mut self, now: Instant) {
+        self.link.set_time(now);
+        self.update();
+    }
+
+    /// The link state machine (read-only).
+    pub fn link(&self) -> &Link {
+        &self.link
     }
 
     /// Restore power-on register values (BMCR reset, SW_RESET, USB reset).
@@ -467,7 +168,7 @@ impl Phy {
         self.vendor = VENDOR_DEFAULTS;
         self.mmd_ctrl = 0;
         self.mmd_addr = 0;
-        self.needs_reset = false;
+        self.link.needs_reset = false;
         self.restart_aneg();
     }
 
@@ -493,7 +194,7 @@ impl Phy {
     fn bmcr_value(&self) -> u16 {
         let mut v = self.bmcr;
         if self.bmcr & bmcr::ANENABLE != 0 {
-            if let (PhyState::LinkUp, Some(m)) = (self.last.state, self.last.mode) {
+            if let (PhyState::LinkUp, Some(m)) = (self.link.last.state, self.link.last.mode) {
                 v &= !(bmcr::SPEED100 | bmcr::FULLDPLX);
                 if m.speed() == 100 {
                     v |= bmcr::SPEED100;
@@ -508,20 +209,17 @@ impl Phy {
 
     fn bmsr_value(&self) -> u16 {
         let mut v = bmsr::BASE;
-        if self.last.state == PhyState::LinkUp && !self.latched_down {
+        if self.link.last.state == PhyState::LinkUp && !self.link.latched_down {
             v |= bmsr::LSTATUS;
         }
-        if self.last.an_complete {
+        if self.link.last.an_complete {
             v |= bmsr::ANEGCOMPLETE;
         }
         v
     }
 
     fn lpa_value(&self) -> u16 {
-        if !self.last.an_complete || self.quirks.lpa_zero || !self.partner.autoneg {
-            return 0;
-        }
-        self.partner.lpa()
+        self.link.lpa_value()
     }
 
     fn peek(&self, r: u8) -> u16 {
@@ -532,7 +230,7 @@ impl Phy {
             reg::PHYSID2 => self.id as u16,
             reg::ADVERTISE => self.adv,
             reg::LPA => self.lpa_value(),
-            reg::EXPANSION => u16::from(self.last.an_complete && self.partner.autoneg),
+            reg::EXPANSION => u16::from(self.link.last.an_complete && self.link.partner.autoneg),
             reg::MMD_CTRL => self.mmd_ctrl,
             reg::MMD_DATA if self.mmd_ctrl >> 14 == 0 => self.mmd_addr,
             reg::VENDOR_14 => self.vendor[0],
@@ -553,7 +251,7 @@ impl Phy {
         self.reads[r as usize] += 1;
         let v = self.peek(r);
         if r == reg::BMSR {
-            self.latched_down = false;
+            self.link.latched_down = false;
         }
         v
     }
@@ -621,11 +319,11 @@ impl Phy {
     }
 
     pub fn state(&self) -> PhyState {
-        self.last.state
+        self.link.last.state
     }
 
     pub fn link_up(&self) -> bool {
-        self.last.state == PhyState::LinkUp
+        self.link.last.state == PhyState::LinkUp
     }
 
     pub fn loopback(&self) -> bool {
@@ -633,34 +331,33 @@ impl Phy {
     }
 
     pub fn set_carrier(&mut self, up: bool) {
-        self.carrier = up;
+        self.link.carrier = up;
         self.update();
     }
 
     pub fn set_partner(&mut self, p: Partner) {
-        self.partner = p;
+        self.link.partner = p;
         self.restart_aneg();
         self.update();
     }
 
     pub fn set_quirks(&mut self, q: Quirks) {
-        self.quirks = q;
+        self.link.quirks = q;
         self.update();
     }
 
     pub fn set_cable(&mut self, c: Cable) {
-        self.cable = c;
+        self.link.cable = c;
         self.update();
     }
 
     pub fn set_autoneg_delay(&mut self, d: Duration) {
-        self.autoneg_delay = d;
+        self.link.autoneg_delay = d;
     }
 
     /// When the state machine next changes by itself (autoneg finishing).
     pub fn next_event(&self) -> Option<Instant> {
-        (self.last.state == PhyState::Autoneg && self.an_done_at > self.now)
-            .then_some(self.an_done_at)
+        self.link.next_event()
     }
 
     pub fn reset_counters(&mut self) {
@@ -677,28 +374,28 @@ impl Phy {
                 .collect()
         };
         PhySnapshot {
-            state: self.last.state,
+            state: self.link.last.state,
             phy_id: self.id,
             link: self.link_up(),
-            speed: self.last.mode.map(|m| m.speed()),
-            full_duplex: self.last.mode.map(|m| m.full_duplex()),
-            pause: self.last.pause,
-            autoneg_complete: self.last.an_complete,
+            speed: self.link.last.mode.map(|m| m.speed()),
+            full_duplex: self.link.last.mode.map(|m| m.full_duplex()),
+            pause: self.link.last.pause,
+            autoneg_complete: self.link.last.an_complete,
             bmcr: self.bmcr_value(),
             bmsr: self.bmsr_value(),
             advertise: self.adv,
             lpa: self.lpa_value(),
-            carrier: self.carrier_present(),
+            carrier: self.link.carrier_present(),
             powered_down: self.bmcr & bmcr::PDOWN != 0,
             held_in_reset: self.held_in_reset,
             loopback: self.loopback(),
-            needs_reset: self.needs_reset,
-            cable: self.cable,
-            partner: self.partner.clone(),
-            quirks: self.quirks,
-            autoneg_ms: self.autoneg_delay.as_millis() as u64,
-            link_ups: self.link_ups,
-            link_downs: self.link_downs,
+            needs_reset: self.link.needs_reset,
+            cable: self.link.cable,
+            partner: self.link.partner.clone(),
+            quirks: self.link.quirks,
+            autoneg_ms: self.link.autoneg_delay.as_millis() as u64,
+            link_ups: self.link.link_ups,
+            link_downs: self.link.link_downs,
             mdio_reads: per_reg(&self.reads),
             mdio_writes: per_reg(&self.writes),
         }
@@ -708,7 +405,7 @@ impl Phy {
 impl std::fmt::Debug for Phy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Phy")
-            .field("state", &self.last.state)
+            .field("state", &self.link.last.state)
             .field("bmcr", &self.bmcr)
             .finish()
     }

@@ -1,0 +1,386 @@
+//! The link state machine of the PHY: carrier and cable, the link
+//! partner and its quirks, autonegotiation timing, and the resulting state
+//! (reset, autoneg, link up, link down). The register file (`phy`) feeds
+//! it the control bits it reads ([`Controls`]) and shows its outcome.
+
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+use crate::log_i;
+use crate::phy::{adv, bmcr};
+
+/// A 10/100 link mode, in the order of preference of autonegotiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LinkMode {
+    #[serde(rename = "10half")]
+    Half10,
+    #[serde(rename = "10full")]
+    Full10,
+    #[serde(rename = "100half")]
+    Half100,
+    #[serde(rename = "100full")]
+    Full100,
+}
+
+impl LinkMode {
+    pub const ALL: [LinkMode; 4] = [
+        LinkMode::Full100,
+        LinkMode::Half100,
+        LinkMode::Full10,
+        LinkMode::Half10,
+    ];
+
+    pub(crate) fn adv_bit(self) -> u16 {
+        match self {
+            LinkMode::Half10 => adv::HALF10,
+            LinkMode::Full10 => adv::FULL10,
+            LinkMode::Half100 => adv::HALF100,
+            LinkMode::Full100 => adv::FULL100,
+        }
+    }
+
+    pub fn speed(self) -> u16 {
+        match self {
+            LinkMode::Half10 | LinkMode::Full10 => 10,
+            LinkMode::Half100 | LinkMode::Full100 => 100,
+        }
+    }
+
+    pub fn full_duplex(self) -> bool {
+        matches!(self, LinkMode::Full10 | LinkMode::Full100)
+    }
+
+    pub(crate) fn from_parts(speed100: bool, full: bool) -> LinkMode {
+        match (speed100, full) {
+            (true, true) => LinkMode::Full100,
+            (true, false) => LinkMode::Half100,
+            (false, true) => LinkMode::Full10,
+            (false, false) => LinkMode::Half10,
+        }
+    }
+}
+
+/// What the far end of the cable does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Partner {
+    /// Partner autonegotiates; otherwise it is forced to its best mode.
+    pub autoneg: bool,
+    pub modes: Vec<LinkMode>,
+    pub pause: bool,
+    pub asym_pause: bool,
+}
+
+impl Default for Partner {
+    fn default() -> Self {
+        Partner {
+            autoneg: true,
+            modes: LinkMode::ALL.to_vec(),
+            pause: true,
+            asym_pause: false,
+        }
+    }
+}
+
+impl Partner {
+    pub(crate) fn best(&self) -> Option<LinkMode> {
+        self.modes.iter().copied().max()
+    }
+
+    pub(crate) fn lpa(&self) -> u16 {
+        let mut v = adv::CSMA | adv::LPACK;
+        for m in &self.modes {
+            v |= m.adv_bit();
+        }
+        if self.pause {
+            v |= adv::PAUSE;
+        }
+        if self.asym_pause {
+            v |= adv::ASYM;
+        }
+        v
+    }
+}
+
+/// Partner behaviours some drivers work around.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Quirks {
+    /// LPA reads 0 even after autonegotiation completed.
+    pub lpa_zero: bool,
+    /// After the link is lost, it only comes back after a BMCR reset.
+    pub reset_after_link_loss: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CableState {
+    #[default]
+    Ok,
+    Open,
+    Short,
+}
+
+/// The cable between the PHY and the partner. Open or short: no carrier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cable {
+    pub state: CableState,
+    /// Distance to the fault in metres (0 for a good cable).
+    #[serde(default)]
+    pub distance_m: f64,
+}
+
+/// Lifecycle of the PHY.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhyState {
+    /// Held in reset or powered down by the MAC (SW_RESET IPRL=0 / IPPD=1).
+    Reset,
+    /// Autonegotiation running.
+    Autoneg,
+    LinkUp,
+    /// No link: no carrier, BMCR power-down, no common mode, or a partner
+    /// quirk waiting for a reset.
+    LinkDown,
+}
+
+/// Outcome of the link state machine at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub(crate) state: PhyState,
+    pub(crate) mode: Option<LinkMode>,
+    pub(crate) pause: bool,
+    pub(crate) an_complete: bool,
+}
+
+/// The register bits the state machine depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Controls {
+    pub bmcr: u16,
+    /// ADVERTISE, taken in when autonegotiation starts over.
+    pub adv: u16,
+    pub held_in_reset: bool,
+}
+
+pub struct Link {
+    pub(crate) carrier: bool,
+    pub(crate) cable: Cable,
+    pub(crate) partner: Partner,
+    pub(crate) quirks: Quirks,
+    pub(crate) autoneg_delay: Duration,
+    an_done_at: Instant,
+    now: Instant,
+    pub(crate) last: Status,
+    carrier_seen: bool,
+    /// BMSR's latched-low link status (cleared by reading BMSR).
+    pub(crate) latched_down: bool,
+    pub(crate) needs_reset: bool,
+    pub(crate) link_ups: u64,
+    pub(crate) link_downs: u64,
+    /// ADVERTISE as autonegotiation last (re)started with it: a new
+    /// advertisement takes effect only with a restart, as on the chip.
+    adv_neg: u16,
+}
+
+impl Link {
+    pub fn new(now: Instant, c: Controls) -> Link {
+        let mut l = Link {
+            carrier: true,
+            cable: Cable::default(),
+            partner: Partner::default(),
+            quirks: Quirks::default(),
+            autoneg_delay: Duration::ZERO,
+            an_done_at: now,
+            now,
+            last: Status {
+                state: PhyState::LinkDown,
+                mode: None,
+                pause: false,
+                an_complete: false,
+            },
+            carrier_seen: true,
+            latched_down: false,
+            needs_reset: false,
+            link_ups: 0,
+            link_downs: 0,
+            adv_neg: adv::DEFAULT,
+        };
+        l.last = l.compute(c);
+        l
+    }
+
+    /// Advance the clock (never backwards).
+    pub fn set_time(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    pub fn carrier_present(&self) -> bool {
+        self.carrier && self.cable.state == CableState::Ok
+    }
+
+    /// Start autonegotiation over, advertising `adv`.
+    pub fn restart(&mut self, adv: u16) {
+        self.an_done_at = self.now + self.autoneg_delay;
+        self.adv_neg = adv;
+    }
+
+    pub(crate) fn compute(&self, c: Controls) -> Status {
+        let down = |state| Status {
+            state,
+            mode: None,
+            pause: false,
+            an_complete: false,
+        };
+        if c.held_in_reset {
+            return down(PhyState::Reset);
+        }
+        if c.bmcr & bmcr::PDOWN != 0 {
+            return down(PhyState::LinkDown);
+        }
+        let forced =
+            LinkMode::from_parts(c.bmcr & bmcr::SPEED100 != 0, c.bmcr & bmcr::FULLDPLX != 0);
+        if c.bmcr & bmcr::LOOPBACK != 0 {
+            let mode = Some(forced);
+            return Status {
+                state: PhyState::LinkUp,
+                mode,
+                pause: false,
+                an_complete: false,
+            };
+        }
+        if !self.carrier_present() || self.needs_reset {
+            return down(PhyState::LinkDown);
+        }
+        if c.bmcr & bmcr::ANENABLE == 0 {
+            let partner_ok = if self.partner.autoneg {
+                self.partner
+                    .modes
+                    .iter()
+                    .any(|m| m.speed() == forced.speed())
+            } else {
+                self.partner.best().map(|m| m.speed()) == Some(forced.speed())
+            };
+            if !partner_ok {
+                return down(PhyState::LinkDown);
+            }
+            let mode = Some(forced);
+            return Status {
+                state: PhyState::LinkUp,
+                mode,
+                pause: false,
+                an_complete: false,
+            };
+        }
+        if self.now < self.an_done_at {
+            return down(PhyState::Autoneg);
+        }
+        if self.partner.autoneg && self.partner.modes.is_empty() {
+            // A partner that advertises nothing: autonegotiation never
+            // completes.
+            return down(PhyState::Autoneg);
+        }
+        if self.partner.autoneg {
+            let common = LinkMode::ALL
+                .into_iter()
+                .find(|m| self.adv_neg & m.adv_bit() != 0 && self.partner.modes.contains(m));
+            let Some(mode) = common else {
+                return Status {
+                    an_complete: true,
+                    ..down(PhyState::LinkDown)
+                };
+            };
+            let pause = mode.full_duplex() && self.adv_neg & adv::PAUSE != 0 && self.partner.pause;
+            Status {
+                state: PhyState::LinkUp,
+                mode: Some(mode),
+                pause,
+                an_complete: true,
+            }
+        } else {
+            // Parallel detection: the partner's speed, half duplex.
+            let Some(best) = self.partner.best() else {
+                return down(PhyState::LinkDown);
+            };
+            let mode = LinkMode::from_parts(best.speed() == 100, false);
+            if self.adv_neg & mode.adv_bit() == 0 {
+                return down(PhyState::LinkDown);
+            }
+            Status {
+                state: PhyState::LinkUp,
+                mode: Some(mode),
+                pause: false,
+                an_complete: true,
+            }
+        }
+    }
+
+    /// Run the state machine against the current controls and clock.
+    pub fn update(&mut self, c: Controls) {
+        let carrier = self.carrier_present();
+        if carrier && !self.carrier_seen {
+            // Link pulses appear: autonegotiation starts over.
+            self.restart(c.adv);
+        }
+        self.carrier_seen = carrier;
+        let st = self.compute(c);
+        let was_up = self.last.state == PhyState::LinkUp;
+        let is_up = st.state == PhyState::LinkUp;
+        if was_up && !is_up {
+            self.link_downs += 1;
+            self.latched_down = true;
+            if self.quirks.reset_after_link_loss && !carrier {
+                self.needs_reset = true;
+            }
+            log_i!("phy: link down ({:?})", st.state);
+        } else if was_up && is_up && (st.mode != self.last.mode || st.pause != self.last.pause) {
+            // A PHY whose speed, duplex or pause changes under a live link
+            // (forced mode written, partner changed) retrains: the link drops
+            // and returns, and the latched-low status shows the drop. Linux
+            // relies on that to reprogram the MAC (phylink mac_link_up);
+            // without it the MAC keeps the old medium mode.
+            self.link_downs += 1;
+            self.link_ups += 1;
+            self.latched_down = true;
+            if let Some(m) = st.mode {
+                let d = if m.full_duplex() { "full" } else { "half" };
+                log_i!("phy: link retrained at {}/{d}", m.speed());
+            }
+        } else if !was_up && is_up {
+            self.link_ups += 1;
+            if let Some(m) = st.mode {
+                let d = if m.full_duplex() { "full" } else { "half" };
+                log_i!(
+                    "phy: link up {}/{d}{}",
+                    m.speed(),
+                    if st.pause { " pause" } else { "" }
+                );
+            }
+        }
+        self.last = st;
+    }
+
+    /// LPA as the partner's last autonegotiation page shows it.
+    pub fn lpa_value(&self) -> u16 {
+        if !self.last.an_complete || self.quirks.lpa_zero || !self.partner.autoneg {
+            return 0;
+        }
+        self.partner.lpa()
+    }
+
+    pub fn state(&self) -> PhyState {
+        self.last.state
+    }
+
+    pub fn link_up(&self) -> bool {
+        self.last.state == PhyState::LinkUp
+    }
+
+    /// When the state machine next changes by itself (autoneg finishing).
+    pub fn next_event(&self) -> Option<Instant> {
+        (self.last.state == PhyState::Autoneg && self.an_done_at > self.now)
+            .then_some(self.an_done_at)
+    }
+}
