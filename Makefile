@@ -7,7 +7,7 @@ VENV := $(PHYFARM_CACHE)/venv
 CARGO ?= cargo
 PHYFARM := target/debug/phyfarm
 
-.PHONY: setup phyfarm run images kernel lint unit integration farm test bench
+.PHONY: setup phyfarm run images kernel lint unit integration farm test bench selftest
 
 setup:
 	bash containers/host-setup.sh
@@ -53,10 +53,19 @@ unit: setup
 # The Rust KUnit doctests need a kernel of their own (a separate build tree).
 KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 
+# The harness's own tests (pytest-tests/harness: interrupted runs, hung
+# guests) boot guests too, so they run beside the farm, not in `phyfarm run`.
 integration: setup phyfarm
-	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm
+	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness
 	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
-	$(VENV)/bin/python -m pytest pytest-tests/farm -n 2
+	$(VENV)/bin/python -m pytest pytest-tests/farm pytest-tests/harness -n 2
+	$(PHYFARM) selftest --quick
+
+# Every seeded fault of patches/selftest through `phyfarm run`: each must be
+# caught with its verdict and evidence (README, "What phyfarm catches").
+selftest: setup phyfarm
+	$(PHYFARM) images
+	$(PHYFARM) selftest
 
 # The farm on the default build outputs (<cache>/out/{rust,c}), with a summary table.
 farm: setup phyfarm

@@ -518,7 +518,7 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
             println!("{}", out.display());
             Ok(Outcome::Fail)
         }
-        metadata::Status::Error => bail!("{message}"),
+        _ => bail!("{message}"),
     }
 }
 

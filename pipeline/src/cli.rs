@@ -84,6 +84,18 @@ pub enum Command {
     /// print a summary table; exit 0 all passed, 1 a check failed, 2 the run
     /// could not be completed
     Test(TestArgs),
+    /// Record a revision built and tested in parts (a CI matrix): its
+    /// `phyfarm build --series` folders and its farm result folders, checked
+    /// against the plan, with the verdict
+    Record(RecordArgs),
+    /// Run the seeded faults of patches/selftest through `phyfarm run` and
+    /// check each gets its verdict and evidence; exit 0 all caught, 1 one
+    /// was not, 2 the self-test could not run
+    Selftest(SelftestArgs),
+    /// The farm's plan: every check a run must report, per variant (a
+    /// planned check that does not report is MISS)
+    #[command(subcommand)]
+    Farm(FarmCommand),
     #[command(flatten)]
     Results(crate::store::cli::ResultsCommand),
     /// Serve the dashboards (series verdicts and clocks, revisions, runs,
@@ -94,6 +106,52 @@ pub enum Command {
     /// The dashboards as static files for GitHub Pages
     #[command(subcommand)]
     Dashboard(DashboardCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The series revision (a directory of format-patch files or an mbox)
+    #[arg(long, value_name = "DIR")]
+    pub series: PathBuf,
+    /// A `phyfarm build --series` output folder (repeatable: one per variant)
+    #[arg(long = "build", value_name = "OUT", required = true)]
+    pub builds: Vec<PathBuf>,
+    /// A `phyfarm test` output folder (repeatable: one per matrix job)
+    #[arg(long = "farm", value_name = "DIR")]
+    pub farms: Vec<PathBuf>,
+    /// The farm check families the matrix planned [default: every check]
+    #[arg(long, value_delimiter = ',', value_name = "CHECK")]
+    pub checks: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// Only this case (repeatable) [default: every case in patches/selftest/cases.toml]
+    #[arg(long = "case", value_name = "NAME")]
+    pub cases: Vec<String>,
+    /// Only the cases marked quick (what `make test` runs)
+    #[arg(long)]
+    pub quick: bool,
+    /// Output folder: one run folder per case and the self-test's own store
+    /// [default: <cache>/selftest]
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FarmCommand {
+    /// Print the checks a farm run must report (ids with their parameters)
+    Plan {
+        /// Variants the run covers
+        #[arg(long, value_delimiter = ',', default_value = "rust,c")]
+        variants: Vec<Variant>,
+        /// The run includes the Rust KUnit kernel
+        #[arg(long)]
+        kunit: bool,
+        /// As JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Arguments passed on to `phyfarm-dashboard` as they are.
@@ -285,6 +343,10 @@ pub struct RunArgs {
     /// Variants to build and boot
     #[arg(long, value_enum, value_delimiter = ',', default_value = "rust,c")]
     pub variants: Vec<Variant>,
+    /// Plan only these farm checks (families such as farm.link_flap; see
+    /// `phyfarm farm plan`) [default: every check]
+    #[arg(long, value_delimiter = ',', value_name = "CHECK")]
+    pub checks: Vec<String>,
     /// Parallel make jobs [default: number of CPUs]
     #[arg(short = 'j', long)]
     pub jobs: Option<usize>,
@@ -416,6 +478,48 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 pytest_args: a.pytest_args,
             };
             crate::farm::test(&paths, &opts, &reproducer())
+        }
+        Command::Record(a) => {
+            crate::contract::keyword_for(&a.checks)?;
+            crate::run::record_parts(
+                &crate::store::cli::store_path(
+                    cli.global.store.clone(),
+                    Some(paths.cache.clone()),
+                )?,
+                &a.series,
+                &a.builds,
+                &a.farms,
+                &a.checks,
+            )
+        }
+        Command::Selftest(a) => crate::selftest::run(
+            &paths,
+            &crate::selftest::Options {
+                names: a.cases,
+                quick: a.quick,
+                out: a.out.unwrap_or_else(|| paths.cache.join("selftest")),
+            },
+        ),
+        Command::Farm(FarmCommand::Plan {
+            variants,
+            kunit,
+            json,
+        }) => {
+            let names: Vec<&str> = crate::run::ordered(variants)
+                .iter()
+                .map(|v| v.name())
+                .collect();
+            let plan = crate::contract::Plan::new(&names, kunit);
+            let text = if json {
+                serde_json::to_string_pretty(&plan)? + "\n"
+            } else {
+                plan.checks
+                    .iter()
+                    .map(|c| format!("{} {}\n", c.id, c.variant.as_deref().unwrap_or("-")))
+                    .collect()
+            };
+            print_stdout(&text)?;
+            Ok(Outcome::Pass)
         }
         // Dispatched above without a repository; kept for exhaustiveness.
         Command::Results(cmd) => crate::store::cli::run(cli.global.store, cli.global.cache, cmd),
@@ -556,12 +660,13 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
         reproducer: reproducer(),
     };
     let boot = boot_options(PathBuf::new(), &a.guest, None, None, runtime);
+    let keyword = crate::contract::keyword_for(&a.checks)?;
     let farm = (!a.no_farm).then(|| crate::farm::TestOptions {
         artifacts: None,
         kernel: None,
         variant: None,
         workers: Some(2),
-        keyword: None,
+        keyword,
         accel: a.guest.accel,
         guest_timeout: a.guest.timeout,
         flaps: a.flaps,
@@ -578,6 +683,7 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
             build,
             boot,
             farm,
+            checks: a.checks,
         },
     )
 }

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
 
 use crate::accel::Accel;
 use crate::config::{Paths, Variant};
 use crate::metadata;
 use crate::progress::info;
+use crate::results::Status;
 use crate::runtime::shell_quote;
 use crate::Outcome;
 
@@ -93,45 +93,16 @@ fn variant_of(dir: &Path) -> Option<String> {
     m.get("variant")?.as_str().map(str::to_string)
 }
 
-/// One test of results.json, as far as the summary needs it.
-#[derive(Debug, Deserialize)]
-pub struct TestRecord {
-    pub id: String,
-    #[serde(default)]
-    pub variant: Option<String>,
-    pub status: String,
-    #[serde(default)]
-    pub duration: f64,
-    #[serde(default)]
-    pub message: String,
-    #[serde(default)]
-    pub measurements: Vec<Measurement>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Measurement {
-    pub name: String,
-    pub value: f64,
-    pub unit: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct Results {
-    pub tests: Vec<TestRecord>,
-    #[serde(default)]
-    pub environment: BTreeMap<String, serde_json::Value>,
-}
+pub use crate::contract::{
+    FarmMeasurement as Measurement, FarmResults as Results, FarmTest as TestRecord,
+};
 
 /// The run's outcome from the statuses: any FAIL is a failed check (1); else
 /// any ERROR or MISS means the run could not be completed (2).
 pub fn outcome(r: &Results) -> Outcome {
-    if r.tests.iter().any(|t| t.status == "FAIL") {
+    if r.tests.iter().any(|t| t.status == Status::Fail) {
         Outcome::Fail
-    } else if r
-        .tests
-        .iter()
-        .any(|t| t.status == "ERROR" || t.status == "MISS")
-    {
+    } else if r.tests.iter().any(|t| t.status.incomplete()) {
         Outcome::Error
     } else {
         Outcome::Pass
@@ -148,7 +119,7 @@ pub fn summary_table(r: &Results) -> String {
         "DETAIL".into(),
     ]];
     for t in &r.tests {
-        let detail = if t.status == "PASS" && !t.measurements.is_empty() {
+        let detail = if t.status == Status::Pass && !t.measurements.is_empty() {
             t.measurements
                 .iter()
                 .take(3)
@@ -167,7 +138,7 @@ pub fn summary_table(r: &Results) -> String {
         rows.push([
             t.id.clone(),
             t.variant.clone().unwrap_or("-".into()),
-            t.status.clone(),
+            t.status.to_string(),
             format!("{:.1}", t.duration),
             detail,
         ]);
@@ -195,7 +166,7 @@ pub fn summary_table(r: &Results) -> String {
     }
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for t in &r.tests {
-        *counts.entry(t.status.as_str()).or_default() += 1;
+        *counts.entry(t.status.name()).or_default() += 1;
     }
     let c: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     s.push_str(&format!("total: {}\n", c.join(", ")));
@@ -296,7 +267,7 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
         .status()
         .with_context(|| format!("cannot run {}", argv[0]))?;
     let results_path = out.join("results.json");
-    let Some(results) = metadata::read_json::<Results>(&results_path)? else {
+    let Some(results) = Results::load(&results_path)? else {
         bail!(
             "pytest ended with {status} and wrote no {}: the farm could not run",
             results_path.display()
@@ -327,20 +298,32 @@ mod tests {
 
     fn results(statuses: &[&str]) -> Results {
         Results {
+            schema: crate::contract::FARM_SCHEMA,
+            reproducer: String::new(),
+            started: String::new(),
+            finished: String::new(),
+            duration: 0.0,
+            status: Status::Pass,
+            counts: BTreeMap::new(),
             tests: statuses
                 .iter()
                 .enumerate()
                 .map(|(i, s)| TestRecord {
                     id: format!("farm.check{i}"),
+                    nodeid: String::new(),
                     variant: Some("rust".into()),
-                    status: s.to_string(),
+                    status: Status::parse(s).unwrap(),
                     duration: 1.5,
                     message: format!("message {i}\nsecond line"),
                     measurements: vec![Measurement {
                         name: "tcp_tx".into(),
                         value: 93.25,
                         unit: "Mbit/s".into(),
+                        samples: vec![],
                     }],
+                    subtests: vec![],
+                    logs: None,
+                    accel: None,
                 })
                 .collect(),
             environment: BTreeMap::new(),

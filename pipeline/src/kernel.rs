@@ -401,7 +401,7 @@ impl Run<'_> {
         };
         if self.runtime == Runtime::Podman {
             writeln!(self.log, "# {}", sb.describe())?;
-            if sb.userns {
+            if sb.userns && !sb.rootless {
                 for m in j.mounts.iter().filter(|m| !m.read_only) {
                     crate::sandbox::own_tree(&m.host)?;
                 }
@@ -746,7 +746,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
             println!("{}", opts.out.display());
             Ok(Outcome::Fail)
         }
-        Status::Error => bail!(
+        _ => bail!(
             "the build could not run (podman failed); see {}",
             log_path.display()
         ),

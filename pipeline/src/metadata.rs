@@ -8,14 +8,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// KCIDB-style status of a build or boot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Status {
-    Pass,
-    Fail,
-    Error,
-}
+/// The status of a build or boot: the one KCIDB status enum of phyfarm
+/// (a build or boot is PASS, FAIL or ERROR).
+pub use crate::results::Status;
 
 /// Versions of the tools a step ran with.
 pub type Versions = BTreeMap<String, String>;

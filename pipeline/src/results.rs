@@ -360,12 +360,29 @@ pub struct Run {
 
 /// A KCIDB path: dot-separated components of `[A-Za-z0-9_-]`.
 pub fn valid_path(p: &str) -> bool {
-    !p.is_empty()
-        && p.split('.').all(|c| {
-            !c.is_empty()
-                && c.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        })
+    !p.is_empty() && p.split('.').all(valid_component)
+}
+
+/// One component of a dotted path: `[A-Za-z0-9_-]+`, optionally followed by
+/// the check's parameters in brackets (`link_flap[reset_after_link_loss]`).
+fn valid_component(c: &str) -> bool {
+    let word = |w: &str| {
+        !w.is_empty()
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    match c.split_once('[') {
+        None => word(c),
+        Some((name, rest)) => {
+            word(name)
+                && rest.strip_suffix(']').is_some_and(|params| {
+                    !params.is_empty()
+                        && params
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"_,=+-".contains(&b))
+                })
+        }
+    }
 }
 
 /// Cut `s` to at most `max` bytes on a char boundary, keeping the end
@@ -541,7 +558,12 @@ mod tests {
         assert!(valid_path("farm.throughput.tcp_tx"));
         assert!(valid_path("build.rust.patch2"));
         assert!(!valid_path("farm..x"));
-        assert!(!valid_path("test_x[rust]"));
+        assert!(valid_path("farm.link_flap[reset_after_link_loss]"));
+        assert!(valid_path("farm.link_flap[plain].detect_median"));
+        assert!(!valid_path("farm.x[a;b]"));
+        assert!(!valid_path("farm.x["));
+        assert!(!valid_path("farm.x[]"));
+        assert!(!valid_path("farm.x[a]b"));
         assert!(!valid_path(""));
     }
 

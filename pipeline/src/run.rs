@@ -41,6 +41,8 @@ pub struct RunOptions {
     pub boot: BootOptions,
     /// Run the farm (None: skip it).
     pub farm: Option<crate::farm::TestOptions>,
+    /// Plan only these farm check families (empty: all).
+    pub checks: Vec<String>,
 }
 
 pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
@@ -74,11 +76,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     let mut base_boots = Vec::new();
     let mut lines = vec![format!(
         "build: {} (series-build.json in {})",
-        match built {
-            Outcome::Pass => "PASS",
-            Outcome::Fail => "FAIL",
-            Outcome::Error => "ERROR",
-        },
+        outcome_name(built),
         out.display()
     )];
     for v in &b.variants {
@@ -125,29 +123,29 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
             out.join(v.name()).join("boot/console.log").display()
         ));
     }
-    // The farm, on the patched kernels and on the base in the same environment.
-    let mut farm_rev = (Vec::new(), Vec::new());
-    let mut farm_base = (Vec::new(), Vec::new());
+    // The farm, on the patched kernels and on the base in the same
+    // environment, each against its plan: what it did not report is MISS.
+    let mut farm_rev = crate::contract::FarmImport::default();
+    let mut farm_base = crate::contract::FarmImport::default();
+    let names: Vec<&str> = b.variants.iter().map(|v| v.name()).collect();
     let built_any = b
         .variants
         .iter()
         .any(|v| out.join(v.name()).join("bzImage").is_file());
     if let (Some(f), true) = (&opts.farm, built_any) {
-        let o =
-            crate::farm_record::farm(paths, f, &out.join("base"), &out.join("base").join("farm"));
-        if let Ok(r) = crate::farm_record::farm_results(&out.join("base").join("farm")) {
-            farm_base = r;
-        }
+        let plan = crate::contract::Plan::new(&names, false).only(&opts.checks);
+        let base_out = out.join("base").join("farm");
+        let (o, why) = crate::farm_record::farm(paths, f, &out.join("base"), &base_out);
+        farm_base = crate::contract::import(&base_out, &plan, why.as_deref())?;
         lines.push(format!(
-            "farm on the base: {o:?}, {}",
-            out.join("base/farm").display()
+            "farm on the base: {}, {}",
+            outcome_name(o),
+            base_out.display()
         ));
-        let o = crate::farm_record::farm(paths, f, &out, &out.join("farm"));
-        match crate::farm_record::farm_results(&out.join("farm")) {
-            Ok(r) => farm_rev = r,
-            Err(e) => crate::progress::warn(&format!("{e:#}")),
-        }
-        lines.push(format!("farm: {o:?}, {}", out.join("farm").display()));
+        let rev_out = out.join("farm");
+        let (o, why) = crate::farm_record::farm(paths, f, &out, &rev_out);
+        farm_rev = crate::contract::import(&rev_out, &plan, why.as_deref())?;
+        lines.push(format!("farm: {}, {}", outcome_name(o), rev_out.display()));
         if o != Outcome::Pass && worst == Outcome::Pass {
             worst = o;
         }
@@ -170,11 +168,83 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     Ok(worst)
 }
 
-/// Farm tests and measurements of one set of kernels.
-type Farm = (
-    Vec<crate::results::TestResult>,
-    Vec<crate::results::Measurement>,
-);
+/// `phyfarm record`: a revision built and tested in parts (a CI matrix of
+/// variant builds and variant x check-group farm runs), assembled into one
+/// revision run against the plan and recorded with its verdict.
+pub fn record_parts(
+    store: &Path,
+    dir: &Path,
+    builds: &[PathBuf],
+    farms: &[PathBuf],
+    checks: &[String],
+) -> Result<Outcome> {
+    crate::series::load(dir)?;
+    let mut merged: Option<series_build::SeriesBuild> = None;
+    for b in builds {
+        let file = b.join("series-build.json");
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let part: series_build::SeriesBuild = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not a series-build.json: {e}", file.display()))?;
+        merged = Some(match merged.take() {
+            None => part,
+            Some(mut m) => {
+                m.base.extend(part.base);
+                m.builds.extend(part.builds);
+                m.gates.extend(part.gates);
+                m.status = m.status.min(part.status);
+                m
+            }
+        });
+    }
+    let Some(summary) = merged else {
+        anyhow::bail!("give at least one --build folder (a `phyfarm build --series` output)");
+    };
+    let variants: Vec<&str> = ["rust", "c"]
+        .into_iter()
+        .filter(|v| summary.base.contains_key(*v))
+        .collect();
+    let plan = crate::contract::Plan::new(&variants, false).only(checks);
+    let farm = if farms.is_empty() {
+        Farm::default()
+    } else {
+        crate::contract::import_all(farms, &plan, None)?
+    };
+    let worst = farm
+        .tests
+        .iter()
+        .map(|t| t.status)
+        .chain([summary.status])
+        .min()
+        .unwrap_or(crate::results::Status::Pass);
+    let started = crate::results::Timestamp::now();
+    record(
+        store,
+        dir,
+        &builds[0],
+        &summary,
+        &[],
+        &[],
+        Farm::default(),
+        farm,
+        started,
+    )?;
+    Ok(match worst {
+        crate::results::Status::Fail => Outcome::Fail,
+        s if s.incomplete() => Outcome::Error,
+        _ => Outcome::Pass,
+    })
+}
+
+type Farm = crate::contract::FarmImport;
+
+fn outcome_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Pass => "PASS",
+        Outcome::Fail => "FAIL",
+        Outcome::Error => "ERROR",
+    }
+}
 
 /// Record the base and the revision in the store and print the verdict.
 #[allow(clippy::too_many_arguments)]
@@ -206,10 +276,10 @@ fn record(
     let name = record::series_name(dir);
     let mut base = record::base_run(b, out, base_boots, &env, started);
     let mut rev = record::revision_run(&name, b, boots, &env, started);
-    base.tests.extend(farm_base.0);
-    base.measurements.extend(farm_base.1);
-    rev.tests.extend(farm_rev.0);
-    rev.measurements.extend(farm_rev.1);
+    base.tests.extend(farm_base.tests);
+    base.measurements.extend(farm_base.measurements);
+    rev.tests.extend(farm_rev.tests);
+    rev.measurements.extend(farm_rev.measurements);
     base.write(&out.join("results-base.json"))?;
     rev.write(&out.join("results.json"))?;
     let mut st = crate::store::open(store, crate::store::OpenMode::Create)?;

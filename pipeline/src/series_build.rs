@@ -193,7 +193,8 @@ pub fn outcome(b: &SeriesBuild) -> Outcome {
     match b.status {
         Status::Pass => Outcome::Pass,
         Status::Fail => Outcome::Fail,
-        Status::Error => Outcome::Error,
+        Status::Error | Status::Miss => Outcome::Error,
+        Status::Done | Status::Skip => Outcome::Pass,
     }
 }
 
@@ -549,7 +550,7 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
         Status::Fail
     };
     info(&format!(
-        "{label} build {:?} in {seconds:.0}s{}",
+        "{label} build {} in {seconds:.0} s{}",
         status,
         if new_warnings.is_empty() {
             String::new()
@@ -664,9 +665,7 @@ pub fn render(b: &SeriesBuild) -> String {
                 } else {
                     format!(" +{}W", x.new_warnings.len())
                 };
-                format!("{} {:?} {:.0}s{w}", x.variant, x.status, x.seconds)
-                    .to_uppercase()
-                    .replace("S ", "s ")
+                format!("{} {} {:.0} s{w}", x.variant, x.status, x.seconds)
             })
             .collect();
         if builds.is_empty() {
@@ -705,11 +704,7 @@ pub fn render(b: &SeriesBuild) -> String {
             s.push_str(&format!("    {}: {}\n", g.name, printable(&g.message)));
         }
     }
-    s.push_str(
-        &format!("  status: {:?}\n", b.status)
-            .to_uppercase()
-            .replace("  STATUS", "  status"),
-    );
+    s.push_str(&format!("  status: {}\n", b.status));
     s
 }
 

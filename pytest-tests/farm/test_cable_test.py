@@ -28,6 +28,7 @@ def state(farm) -> tuple[dict, dict]:
     }
 
 
+@pytest.mark.check("farm.cable_test")
 @pytest.mark.needs_ctl
 @pytest.mark.parametrize("mode", ["--cable-test", "--cable-test-tdr"])
 def test_cable_test(farm, variant, mode):

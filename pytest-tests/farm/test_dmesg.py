@@ -4,10 +4,12 @@ report. (Every other check also fails on such a report on its console.)"""
 
 from __future__ import annotations
 
+import pytest
 from phyfarm_farm.farm import IP
 from phyfarm_farm.guest import find_splats
 
 
+@pytest.mark.check("farm.dmesg")
 def test_dmesg_clean(farm, variant):
     assert farm.ping_until(10) is not None, "no traffic after ifup"
     for argv in ([IP, "link", "set", farm.dut, "down"], [IP, "link", "set", farm.dut, "up"]):

@@ -17,6 +17,7 @@ def kunit_kernel(config) -> Path:
     return Path(opt) if opt else cache_dir() / "out" / "rust-kunit" / "bzImage"
 
 
+@pytest.mark.check("farm.kunit")
 @pytest.mark.single_variant
 def test_rust_kunit_doctests(request, farm_env, variant, measure):
     k = kunit_kernel(request.config)

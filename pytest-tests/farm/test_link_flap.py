@@ -73,10 +73,23 @@ def flap(farm, i: int) -> dict:
     return {"detect": detect, "recover": recover, "traffic": traffic, "oper_down": oper_down}
 
 
+def timeline(results: list[dict]) -> str:
+    """Carrier off and on times per flap, for the failure's evidence."""
+    if not results:
+        return "timeline: the first flap failed"
+    rows = [
+        f"flap {i + 1}: carrier off after {r['detect']:.2f} s, on after {r['recover']:.2f} s, "
+        f"traffic after {r['traffic']:.2f} s"
+        for i, r in enumerate(results)
+    ]
+    return "timeline:\n" + "\n".join(rows)
+
+
 def mdio_writes(farm) -> dict:
     return farm.emu.phy()["phy"]["mdio_writes"]
 
 
+@pytest.mark.check("farm.link_flap")
 @pytest.mark.needs_ctl
 @pytest.mark.parametrize("quirk", ["plain", "reset_after_link_loss"])
 def test_link_flap(farm, variant, flaps, measure, quirk):
@@ -85,7 +98,13 @@ def test_link_flap(farm, variant, flaps, measure, quirk):
         farm.emu.ctl("quirks", reset_after_link_loss=True)
     before = farm.link_state()
     w0 = mdio_writes(farm)
-    results = [flap(farm, i + 1) for i in range(n)]
+    results: list[dict] = []
+    try:
+        for i in range(n):
+            results.append(flap(farm, i + 1))
+    except CheckFailed as e:
+        # The evidence: what happened on each flap before the failing one.
+        raise CheckFailed(f"{e}\n{timeline(results)}") from None
     after = farm.link_state()
     w1 = mdio_writes(farm)
 

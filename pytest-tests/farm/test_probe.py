@@ -4,6 +4,8 @@ up at 100/Full after autonegotiation; a ping crosses the wire."""
 
 from __future__ import annotations
 
+import pytest
+
 PHY_DRIVER = "Asix Electronics AX88772A"
 PHY_ID = 0x003B1861
 
@@ -25,6 +27,7 @@ def driver_symbols(farm) -> tuple[int, int]:
     return rust, c
 
 
+@pytest.mark.check("farm.probe")
 def test_probe(farm, variant, measure):
     g, dut = farm.guest, farm.dut
     usb = f"/sys/class/net/{dut}/device/.."

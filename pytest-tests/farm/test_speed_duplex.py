@@ -76,6 +76,7 @@ def _check_model_once(farm, speed: int, duplex: str, autoneg: bool) -> None:
     )
 
 
+@pytest.mark.check("farm.speed_duplex")
 @pytest.mark.needs_ctl
 def test_speed_duplex(farm, variant, measure):
     for speed, duplex in [(10, "half"), (10, "full"), (100, "half"), (100, "full")]:

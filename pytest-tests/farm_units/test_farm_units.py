@@ -4,13 +4,25 @@ No guest needed."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from phyfarm_farm import ktap
-from phyfarm_farm.errors import CheckFailed, GuestTimeout, KernelFailure, SetupError
+from phyfarm_farm.errors import (
+    CheckFailed,
+    GuestTimeout,
+    HarnessError,
+    KernelFailure,
+    SetupError,
+)
 from phyfarm_farm.guest import GuestConfig, find_splats, qemu_argv, reconnect_option
-from phyfarm_farm.results import check_id, classify, differential
+from phyfarm_farm.results import classify, validate
+
+REPO = Path(__file__).resolve().parents[2]
 
 KTAP = """\
 [    1.000000] KTAP version 1
@@ -81,34 +93,82 @@ def test_only_the_code_under_test_can_fail(exc, when, status):
     assert classify(_Info(exc), when) == status
 
 
-def test_check_ids_split_the_variant_from_other_parameters():
-    assert check_id("farm/test_throughput.py::test_throughput[rust]") == (
-        "farm.throughput.throughput",
+def test_every_farm_check_is_in_the_plan_and_every_planned_check_is_collected(phyfarm):
+    """The ids the harness produces and the plan the importer enforces are
+    one list: `phyfarm farm plan` against pytest's own collection."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "--list-checks",
+        "--variant",
         "rust",
-    )
-    assert check_id("farm/test_link_flap.py::test_link_flap[c-plain]") == (
-        "farm.link_flap.link_flap[plain]",
+        "--variant",
         "c",
+        "-p",
+        "no:cacheprovider",
+        str(REPO / "pytest-tests" / "farm"),
+    ]
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    collected = sorted(
+        tuple(line.split()[1:]) for line in p.stdout.splitlines() if line.startswith("CHECK ")
     )
+    r = phyfarm("farm", "plan", "--variants", "rust,c", "--kunit")
+    assert r.code == 0, r.describe()
+    planned = sorted(
+        tuple(line.split())
+        for line in r.stdout.splitlines()
+        if not line.startswith("farm.differential.")
+    )
+    assert collected == planned
+    assert ("farm.link_flap[reset_after_link_loss]", "rust") in collected
+    assert ("farm.cable_test[cable-test]", "c") in collected
 
 
-def rec(variant, status, tcp):
-    return {
-        "id": "farm.throughput.throughput",
-        "variant": variant,
-        "status": status,
-        "measurements": [{"name": "tcp_tx", "value": tcp, "unit": "Mbit/s"}],
-    }
+def test_a_farm_test_without_a_check_id_is_a_usage_error(tmp_path):
+    farm = tmp_path / "farm"
+    farm.mkdir()
+    (farm / "test_x.py").write_text("def test_x(variant):\n    pass\n")
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "phyfarm_farm.plugin",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(farm),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO / "pytest-tests"), "PHYFARM_FARM_DIR": str(farm)},
+    )
+    assert p.returncode == 4, p.stdout + p.stderr
+    assert "test_x.py::test_x" in p.stderr and "no @pytest.mark.check" in p.stderr, p.stderr
 
 
-def test_differential_flags_outcome_and_rate_beyond_the_band():
-    same = differential([rec("rust", "PASS", 80), rec("c", "PASS", 90)], 0.25)
-    assert [d["status"] for d in same] == ["PASS"]
-    slow = differential([rec("rust", "PASS", 40), rec("c", "PASS", 90)], 0.25)
-    assert slow[0]["status"] == "FAIL" and "tcp_tx" in slow[0]["message"]
-    odd = differential([rec("rust", "FAIL", 80), rec("c", "PASS", 80)], 0.25)
-    assert "outcome differs: rust FAIL, c PASS" in odd[0]["message"]
-    assert differential([rec("rust", "PASS", 80)], 0.25) == []
+SCHEMA_EXAMPLES = REPO / "pipeline" / "schema" / "examples"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SCHEMA_EXAMPLES.glob("*.json")))
+def test_the_schema_accepts_and_refuses_the_same_examples_as_the_reader(name):
+    # The Rust reader's test (contract::tests) reads the same files.
+    doc = json.loads((SCHEMA_EXAMPLES / name).read_text())
+    if name == "good.json":
+        validate(doc)
+    else:
+        with pytest.raises(HarnessError, match="does not match farm-results.schema.json"):
+            validate(doc)
 
 
 def test_qemu_reconnect_option_by_version():

@@ -19,6 +19,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,11 +34,16 @@ from .emulator import Emulator
 from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
 from .farm import Farm
 from .guest import Guest, GuestConfig
-from .results import Collector, classify, differential, message
+from .results import Collector, check_id, classify, message
 
 REPO = Path(__file__).resolve().parents[2]
+#: The prefix of a skip reason for a check that does not apply (SKIP); any
+#: other skip is missing infrastructure (MISS).
+NOT_APPLICABLE = "not applicable:"
 VARIANTS = ("rust", "c")
-FARM_DIR = Path(__file__).resolve().parents[1] / "farm"
+#: The product's checks. PHYFARM_FARM_DIR points elsewhere only for the
+#: harness's own tests.
+FARM_DIR = Path(os.environ.get("PHYFARM_FARM_DIR") or Path(__file__).resolve().parents[1] / "farm")
 
 
 def cache_dir() -> Path:
@@ -77,6 +83,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECS",
         help="longest a guest may take for one step (boot, a command) before ERROR",
     )
+    g.addoption(
+        "--list-checks",
+        action="store_true",
+        help="with --collect-only: print `CHECK <id> <variant>` for every collected farm check",
+    )
     g.addoption("--flaps", type=int, default=20, metavar="N", help="link flaps per flap check")
     g.addoption(
         "--results-dir", metavar="DIR", help="results.json and logs [default: beside --junitxml]"
@@ -89,16 +100,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="kernel built with -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y "
         "[default: <cache>/out/rust-kunit/bzImage]",
     )
-    g.addoption(
-        "--noise-band",
-        type=float,
-        default=0.5,
-        metavar="FRACTION",
-        help="rust/c throughput ratio beyond 1±this is a differential FAIL",
-    )
 
 
 MARKERS = [
+    "check(id): the check id this test reports (farm.<name>); parameters other than the "
+    "variant are appended as [value]",
     "farm: a check that boots a guest with the AX88772A (set on every test in pytest-tests/farm)",
     "needs_ctl: needs the emulator's control socket (SKIP with a forwarded adapter)",
     "emulator(*args): extra ax88772-emu arguments for this test's emulator",
@@ -110,6 +116,11 @@ MARKERS = [
 def pytest_configure(config: pytest.Config) -> None:
     for m in MARKERS:
         config.addinivalue_line("markers", m)
+    # A run started from a background script inherits SIGINT as ignored; the
+    # harness relies on Ctrl-C (SIGINT) ending the run and its guests, so it
+    # sets that handling itself instead of trusting what it inherited.
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     procs.install_sigterm_handler()
     config._phyfarm_results_dir = _results_dir(config)  # type: ignore[attr-defined]
     if not hasattr(config, "workerinput"):
@@ -169,15 +180,32 @@ def _variant_of(d: Path) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    bad = []
     for item in items:
         if FARM_DIR in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.farm)
+            try:
+                item._phyfarm_check = check_id(item)  # type: ignore[attr-defined]
+            except ValueError as e:
+                bad.append(f"{item.nodeid}: {e}")
+    if bad:
+        raise pytest.UsageError("farm checks without a valid check id:\n" + "\n".join(bad))
     dev = config.getoption("--device")
     if dev != "emulated":
+        # The checks still run and report: what the harness cannot do with
+        # this device is MISS (missing infrastructure), never a pass.
         skip = pytest.mark.skip(reason=f"needs the emulator's control socket; --device {dev}")
         for item in items:
             if item.get_closest_marker("needs_ctl"):
                 item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.getoption("--list-checks"):
+        for item in session.items:
+            check = getattr(item, "_phyfarm_check", None)
+            if check is not None:
+                print(f"CHECK {check[0]} {check[1] or '-'}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -227,8 +255,15 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if not item.get_closest_marker("farm"):
         return
     if rep.skipped:
-        status = "SKIP"
         msg = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        msg = msg.removeprefix("Skipped: ")
+        # Only a check that does not apply may SKIP; one that could not run
+        # for want of infrastructure (no QEMU, no KUnit kernel, no control
+        # socket) is MISS, which keeps the verdict waiting.
+        if msg.startswith(NOT_APPLICABLE):
+            status = "SKIP"
+        else:
+            status, msg = "MISS", f"MISS: {msg}"
     elif rep.failed:
         status = classify(call.excinfo, rep.when)
         msg = f"{status} in {rep.when}: {message(call.excinfo)}"
@@ -237,7 +272,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             msg += f"\nconsole: {farm.guest.console}"
     else:
         status, msg = "PASS", ""
-    rep.phyfarm = {"status": status, "message": msg}
+    cid, variant = item._phyfarm_check  # type: ignore[attr-defined]
+    rep.phyfarm = {"status": status, "message": msg, "id": cid, "variant": variant}
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -266,12 +302,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     env_file = collector.results_dir / "environment.json"
     with contextlib.suppress(OSError, ValueError):
         collector.environment.update(json.loads(env_file.read_text()))
-    recs = collector.records()
-    diff = differential(recs, session.config.getoption("--noise-band"))
-    doc = collector.write(diff)
+    doc = collector.write()
     session.config._phyfarm_doc = doc  # type: ignore[attr-defined]
-    if any(d["status"] == "FAIL" for d in diff) and session.exitstatus == 0:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -417,7 +449,7 @@ def _resolve_accel(want: str, phyfarm: Path, kernel_hint) -> tuple[str, str]:
 def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     cfg = request.config
     if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu-system-x86_64 is not installed (bash containers/host-setup.sh)")
+        raise SetupError("qemu-system-x86_64 is not installed (bash containers/host-setup.sh)")
     phyfarm = Path(os.environ.get("PHYFARM_BIN", REPO / "target/debug/phyfarm"))
     with _locked("cargo"):
         if not phyfarm.is_file():
@@ -468,10 +500,14 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
 
 @pytest.fixture
 def measure(request: pytest.FixtureRequest):
-    """measure(name, value, unit): a measurement of this check, kept in results.json."""
+    """measure(name, value, unit, samples=None): a measurement of this check,
+    kept in results.json; `samples` are the repeated readings `value`
+    summarises (the verdict's statistics use them)."""
 
-    def record(name: str, value: float, unit: str, **extra) -> None:
-        m = {"name": name, "value": float(value), "unit": unit, **extra}
+    def record(name: str, value: float, unit: str, samples: list[float] | None = None) -> None:
+        m = {"name": name, "value": float(value), "unit": unit}
+        if samples:
+            m["samples"] = [float(x) for x in samples]
         request.node.user_properties.append(("measurement", json.dumps(m)))
 
     return record

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from .errors import CheckFailed, FarmError
+from .errors import CheckFailed, FarmError, HarnessError
+
+#: The results.json contract, shared with the Rust reader (phyfarm::contract).
+SCHEMA_FILE = (
+    Path(__file__).resolve().parents[2] / "pipeline" / "schema" / "farm-results.schema.json"
+)
+SCHEMA_VERSION = 2
 
 #: KCIDB statuses in priority order (the worst one wins).
 PRIORITY = ["FAIL", "ERROR", "MISS", "PASS", "DONE", "SKIP"]
@@ -46,22 +52,33 @@ def message(excinfo, limit: int = 4000) -> str:
     return text
 
 
-def check_id(nodeid: str) -> tuple[str, str | None]:
-    """`farm/test_throughput.py::test_tcp[rust]` -> ("farm.throughput.tcp", "rust")."""
-    path, _, name = nodeid.partition("::")
-    module = Path(path).stem.removeprefix("test_")
-    variant = None
-    m = re.search(r"\[(.*)\]$", name)
-    if m:
-        params = m.group(1).split("-")
-        name = name[: m.start()]
-        for p in params:
-            if p in ("rust", "c"):
-                variant = p
-        rest = [p for p in params if p not in ("rust", "c")]
-        if rest:
-            name += "[" + "-".join(rest) + "]"
-    return f"farm.{module}.{name.removeprefix('test_')}", variant
+#: A check id: dotted lower-case words, then optionally the check's
+#: parameters in brackets (`farm.link_flap[reset_after_link_loss]`). The same
+#: pattern is in pipeline/schema/farm-results.schema.json and the Rust reader.
+ID_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*(\[[A-Za-z0-9_,=+-]+\])?$")
+
+
+def check_id(item) -> tuple[str, str | None]:
+    """The check id and variant of a farm test item, from its `check` marker
+    and its parameters: `@pytest.mark.check("farm.link_flap")` with
+    quirk=reset_after_link_loss, variant=rust ->
+    ("farm.link_flap[reset_after_link_loss]", "rust")."""
+    m = item.get_closest_marker("check")
+    if m is None or not m.args:
+        raise ValueError('no @pytest.mark.check("farm.<name>") marker')
+    base = m.args[0]
+    params = dict(getattr(getattr(item, "callspec", None), "params", {}) or {})
+    variant = params.pop("variant", None)
+    values = [str(v).lstrip("-") for v in params.values()]
+    cid = f"{base}[{','.join(values)}]" if values else base
+    if not ID_RE.match(cid):
+        raise ValueError(f"check id {cid!r} does not match {ID_RE.pattern}")
+    return cid, variant
+
+
+def subtest_name(name: str) -> str:
+    """A KTAP case name as an id component."""
+    return re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")[:120] or "case"
 
 
 @dataclass
@@ -116,8 +133,8 @@ class Collector:
             return
         rec = self.tests.get(report.nodeid)
         if rec is None:
-            cid, variant = check_id(report.nodeid)
-            rec = self.tests[report.nodeid] = TestRecord(report.nodeid, cid, variant)
+            rec = TestRecord(report.nodeid, info["id"], info["variant"])
+            self.tests[report.nodeid] = rec
         rec.phases[report.when] = info["status"]
         if info.get("message"):
             rec.messages.append(info["message"])
@@ -139,7 +156,7 @@ class Collector:
             for s in r.subtests:
                 out.append(
                     {
-                        "id": f"{r.id}.{s['name']}",
+                        "id": f"{r.id}.{subtest_name(s['name'])}",
                         "nodeid": f"{r.nodeid}::{s['name']}",
                         "variant": r.variant,
                         "status": s["status"],
@@ -151,13 +168,13 @@ class Collector:
                 )
         return out
 
-    def write(self, differential: list[dict]) -> dict:
-        tests = self.records() + differential
+    def write(self) -> dict:
+        tests = self.records()
         counts: dict[str, int] = {}
         for t in tests:
             counts[t["status"]] = counts.get(t["status"], 0) + 1
         doc = {
-            "schema": 1,
+            "schema": SCHEMA_VERSION,
             "reproducer": os.environ.get("PHYFARM_REPRODUCER", ""),
             "started": _rfc3339(self.started),
             "finished": _rfc3339(time.time()),
@@ -167,6 +184,7 @@ class Collector:
             "counts": counts,
             "tests": tests,
         }
+        validate(doc)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.results_dir / f".results.json.{os.getpid()}"
         tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -178,53 +196,19 @@ def _rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def differential(records: list[dict], noise_band: float) -> list[dict]:
-    """Same check on rust and c: a different outcome, or a rate beyond the
-    noise band, is its own FAIL; otherwise PASS."""
-    by_check: dict[str, dict[str, dict]] = {}
-    for r in records:
-        if r.get("variant") in ("rust", "c"):
-            by_check.setdefault(r["id"], {})[r["variant"]] = r
-    out = []
-    for cid, pair in sorted(by_check.items()):
-        if set(pair) != {"rust", "c"}:
-            continue
-        rust, c = pair["rust"], pair["c"]
-        problems = []
-        if rust["status"] != c["status"]:
-            problems.append(f"outcome differs: rust {rust['status']}, c {c['status']}")
-        cm = {m["name"]: m for m in c["measurements"]}
-        measurements = []
-        for m in rust["measurements"]:
-            other = cm.get(m["name"])
-            if other is None or m.get("unit") != "Mbit/s" or not other["value"]:
-                continue
-            ratio = m["value"] / other["value"]
-            measurements.append(
-                {"name": f"{m['name']}_rust_over_c", "value": round(ratio, 4), "unit": "ratio"}
-            )
-            if abs(ratio - 1) > noise_band:
-                problems.append(
-                    f"{m['name']}: rust {m['value']:.1f} vs c {other['value']:.1f} Mbit/s "
-                    f"(ratio {ratio:.2f}, noise band ±{noise_band:.0%})"
-                )
-        if rust["status"] in ("SKIP", "MISS") and c["status"] in ("SKIP", "MISS"):
-            status = "SKIP"
-        else:
-            status = "FAIL" if problems else "PASS"
-        out.append(
-            {
-                "id": f"farm.differential.{cid.removeprefix('farm.')}",
-                "nodeid": "",
-                "variant": None,
-                "status": status,
-                "duration": 0.0,
-                "message": "; ".join(problems),
-                "measurements": measurements,
-                "subtests": [],
-            }
-        )
-    return out
+def validate(doc: dict) -> None:
+    """Check a results.json document against the schema the Rust reader
+    shares; a harness that writes what the importer cannot store is a bug."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text())
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(document)"
+        raise HarnessError(
+            f"results.json does not match {SCHEMA_FILE.name} at {where}: {e.message}"
+        ) from None
 
 
 __all__ = [
@@ -232,7 +216,7 @@ __all__ = [
     "Collector",
     "classify",
     "check_id",
-    "differential",
+    "validate",
     "message",
     "worst",
 ]

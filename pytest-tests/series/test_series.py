@@ -121,11 +121,25 @@ def test_v8_applies_builds_every_patch_and_passes_the_gates(v8_build):
         assert read_json(out / "base" / v / "boot" / "boot.json")["status"] == "PASS"
     # The farm ran on the patched kernels and on the base, and was recorded.
     rec = read_json(out / "results.json")
-    farm = {(t["path"], t["variant"]) for t in rec["tests"] if t["path"].startswith("farm.")}
-    assert ("farm.probe.probe", "rust") in farm and ("farm.probe.probe", "c") in farm, farm
-    assert any(m["name"].startswith("farm.throughput") for m in rec["measurements"]), rec
+    # Every planned check reached the record, parameters and all, and none
+    # is missing or incomplete; the base ran the same plan.
+    plan = phyfarm("farm", "plan", "--variants", "rust,c")
+    planned = {tuple(x.split()) for x in plan.stdout.splitlines()}
+    planned = {(i, None if v == "-" else v) for i, v in planned}
     base = read_json(out / "results-base.json")
-    assert any(t["path"] == "farm.probe.probe" for t in base["tests"]), base["tests"]
+    for run in (rec, base):
+        farm = {
+            (t["path"], t["variant"]): t["status"]
+            for t in run["tests"]
+            if t["path"].startswith("farm.") and t.get("attempt", 0) == 0
+        }
+        assert planned <= set(farm), sorted(planned - set(farm))
+        bad = {k: s for k, s in farm.items() if s in ("MISS", "ERROR", "SKIP")}
+        assert not bad, bad
+    assert ("farm.link_flap[reset_after_link_loss]", "rust") in planned
+    assert ("farm.differential.cable_test[cable-test]", None) in planned
+    tp = [m for m in rec["measurements"] if m["name"] == "farm.throughput.tcp_tx"]
+    assert len(tp) == 2 and all(len(m["samples"]) >= 4 for m in tp), tp
     # It passes against the base: awaiting review, with the three-day clock.
     assert "rust-phy-enum-check/v8: awaiting-review" in r.stdout, r.describe()
     assert "ready to merge at" in r.stdout

@@ -68,6 +68,10 @@ pub struct MeasurementRow {
     pub band: Option<Band>,
     pub delta_pct: Option<f64>,
     pub movement: Movement,
+    /// One-sided Mann–Whitney p-value of the call, when computed.
+    pub p: Option<f64>,
+    /// The revision's samples.
+    pub values: Vec<f64>,
     /// The previous revision's value.
     pub previous: Option<f64>,
 }
@@ -322,6 +326,8 @@ pub fn revision(
             band: m.base,
             delta_pct: m.delta_pct,
             movement: m.movement,
+            p: m.p,
+            values: m.values.clone(),
             previous: prev_values
                 .get(&(m.name.clone(), m.variant.clone()))
                 .copied(),

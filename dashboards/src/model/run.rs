@@ -207,6 +207,22 @@ pub struct CheckDuration {
     pub not_passed: usize,
 }
 
+/// How often a farm check flipped (failed, then passed on its retry) over
+/// the recent runs of the unpatched base: the farm's own noise per check.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlakeRate {
+    pub path: String,
+    pub variant: Option<String>,
+    /// Base runs that ran the check (the newest [`FLAKE_WINDOW`]).
+    pub runs: usize,
+    /// Of those, runs where it failed and passed on its retry.
+    pub flaky: usize,
+    pub rate: f64,
+}
+
+/// Base runs the flake rate looks back over.
+pub const FLAKE_WINDOW: usize = 20;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FarmPage {
     pub generated: Timestamp,
@@ -215,8 +231,49 @@ pub struct FarmPage {
     pub total_runs: usize,
     pub accelerators: BTreeMap<String, usize>,
     pub flaky: Vec<FlakyRow>,
+    /// Per farm check over recent base runs; highest rate first.
+    pub base_flake_rates: Vec<FlakeRate>,
     /// Slowest first.
     pub durations: Vec<CheckDuration>,
+}
+
+/// Flake rate per farm check over the newest [`FLAKE_WINDOW`] base runs
+/// (`runs` newest first).
+pub fn base_flake_rates(runs: &[RunRecord]) -> Vec<FlakeRate> {
+    let mut per: BTreeMap<(String, Option<String>), (usize, usize)> = BTreeMap::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.run.revision.is_none())
+        .take(FLAKE_WINDOW)
+    {
+        let mut attempts: BTreeMap<(String, Option<String>), [Option<Status>; 2]> = BTreeMap::new();
+        for t in r.run.tests.iter().filter(|t| t.path.starts_with("farm.")) {
+            let slot = attempts
+                .entry((t.path.clone(), t.variant.clone()))
+                .or_default();
+            slot[usize::from(t.attempt >= 1)] = Some(t.status);
+        }
+        for (k, [first, retry]) in attempts {
+            let e = per.entry(k).or_default();
+            e.0 += 1;
+            let failed = matches!(first, Some(Status::Fail | Status::Error));
+            if failed && retry == Some(Status::Pass) {
+                e.1 += 1;
+            }
+        }
+    }
+    let mut out: Vec<FlakeRate> = per
+        .into_iter()
+        .map(|((path, variant), (runs, flaky))| FlakeRate {
+            path,
+            variant,
+            runs,
+            flaky,
+            rate: flaky as f64 / runs.max(1) as f64,
+        })
+        .collect();
+    out.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.path.cmp(&b.path)));
+    out
 }
 
 /// Runs listed on the farm page.
@@ -292,6 +349,64 @@ pub fn farm(store: &dyn Store, now: Timestamp) -> Result<FarmPage, PageError> {
         runs: runs.iter().take(RECENT).map(RunSummary::of).collect(),
         accelerators,
         flaky,
+        base_flake_rates: base_flake_rates(&runs),
         durations,
     })
+}
+
+#[cfg(test)]
+mod flake_tests {
+    use super::*;
+    use phyfarm::results::{Environment, Run, TestResult, Timestamp};
+    use phyfarm::store::RunState;
+
+    fn base_run(id: &str, flap: &[Status]) -> RunRecord {
+        let test = |attempt: u32, status: Status| TestResult {
+            path: "farm.link_flap[plain]".into(),
+            variant: Some("rust".into()),
+            status,
+            duration_s: Some(40.0),
+            log_path: None,
+            log_excerpt: String::new(),
+            attempt,
+        };
+        RunRecord {
+            state: RunState::Complete,
+            run: Run {
+                schema: phyfarm::results::RESULTS_SCHEMA,
+                id: id.into(),
+                revision: None,
+                base: "linux-source-6.12 6.12.118-1".into(),
+                environment: Environment::default(),
+                started: Timestamp(0),
+                finished: None,
+                reproducer: String::new(),
+                builds: vec![],
+                tests: flap
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| test(i as u32, *s))
+                    .collect(),
+                measurements: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn the_flake_rate_counts_fail_then_pass_over_recent_base_runs() {
+        let runs = vec![
+            base_run("a", &[Status::Fail, Status::Pass]),
+            base_run("b", &[Status::Pass]),
+            base_run("c", &[Status::Fail, Status::Fail]),
+            base_run("d", &[Status::Error, Status::Pass]),
+        ];
+        let r = base_flake_rates(&runs);
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].runs, r[0].flaky), (4, 2));
+        assert!((r[0].rate - 0.5).abs() < 1e-9);
+        let many: Vec<RunRecord> = (0..30)
+            .map(|i| base_run(&i.to_string(), &[Status::Pass]))
+            .collect();
+        assert_eq!(base_flake_rates(&many)[0].runs, FLAKE_WINDOW);
+    }
 }

@@ -118,6 +118,12 @@ pub struct Page<'a> {
     pub nav: &'static str,
 }
 
+/// The Content-Security-Policy of the static export, as a `<meta>` (the
+/// served pages send crate::app::CSP as a header; `frame-ancestors` has no
+/// effect in a meta element, so it is left out here).
+pub const EXPORT_CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; \
+                              img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'";
+
 pub fn layout(p: Page<'_>, body: Markup) -> Markup {
     let s = p.site;
     let nav = [
@@ -131,6 +137,11 @@ pub fn layout(p: Page<'_>, body: Markup) -> Markup {
         html lang="en" {
             head {
                 meta charset="utf-8";
+                @if s.ext == ".html" {
+                    // The static export has no server to send the header:
+                    // the same policy, as the first thing in <head>.
+                    meta http-equiv="Content-Security-Policy" content=(EXPORT_CSP);
+                }
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (p.title) " · phyfarm" }
                 link rel="stylesheet" href=(s.asset("style.css"));
@@ -215,7 +226,7 @@ pub fn movement(m: Movement) -> Markup {
         Movement::Regression => ("regression", "▼ regression"),
         Movement::Improvement => ("improvement", "▲ improvement"),
         Movement::WithinNoise => ("noise", "within noise"),
-        Movement::NoBand => ("noband", "no band (under 2 base samples)"),
+        Movement::NoBand => ("noband", "no call (under 3 samples a side)"),
         Movement::NoBase => ("noband", "not measured on the base"),
     };
     html! { span class={"mv mv-" (class)} { (label) } }

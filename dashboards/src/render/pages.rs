@@ -296,12 +296,18 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
         h2 { "Measurements" }
         @if p.measurements.is_empty() { p.muted { "No measurements." } } @else {
             table.measurements {
-                thead { tr { th { "Measurement" } th.num { "This revision" } th.num { "Base noise band" } th.num { "Δ vs base mean" } th { "Call" } th.num { "Previous revision" } } }
+                thead { tr { th { "Measurement" } th.num { "This revision" } th.num { "Base noise band" } th.num { "Δ vs base median" } th { "Call" } th.num { "Previous revision" } } }
                 tbody {
                     @for m in &p.measurements {
                         tr {
                             td { code { (m.name) } " " (variant(m.variant.as_deref())) }
-                            td.num { (human(m.value, &m.unit)) br; span.small.muted { (m.samples) " samples" } }
+                            td.num {
+                                (human(m.value, &m.unit)) br;
+                                span.small.muted { (m.samples) " samples" }
+                                @if m.values.len() > 1 && m.values.len() <= 30 {
+                                    br; span.small.muted.samples { @for (i, v) in m.values.iter().enumerate() { @if i > 0 { ", " } (human(*v, &m.unit)) } }
+                                }
+                            }
                             td.num {
                                 @if let Some(b) = m.band {
                                     (human(b.low, &m.unit)) " – " (human(b.high, &m.unit)) br;
@@ -309,13 +315,13 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
                                 } @else { "–" }
                             }
                             td.num { (pct(m.delta_pct)) }
-                            td { (movement(m.movement)) }
+                            td { (movement(m.movement)) @if let Some(pv) = m.p { br; span.small.muted { (format!("p = {pv:.4}")) } } }
                             td.num { @if let Some(v) = m.previous { (human(v, &m.unit)) } @else { "–" } }
                         }
                     }
                 }
             }
-            p.small.muted { "A regression is called only outside the base's noise band: μ ± 3σ of the base samples, never narrower than their range." }
+            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples gives p < 0.01 and the median is at least 10 % worse than the base's; a throughput regression fails its check. The band (μ ± 3σ of the base samples) is shown for reading." }
         }
 
         h2 { "New warnings" }

@@ -136,6 +136,17 @@ pub fn farm(site: &Site, p: &FarmPage) -> Markup {
                 } } }
             }
         }
+        h2 { "Flake rate on the base" }
+        @if p.base_flake_rates.is_empty() { p.muted { "No base run has run the farm yet." } } @else {
+            table.flakerate {
+                thead { tr { th { "Check" } th.num { "Base runs" } th.num { "Flaky" } th.num { "Rate" } } }
+                tbody { @for f in &p.base_flake_rates { tr {
+                    td { code { (f.path) } " " (variant(f.variant.as_deref())) }
+                    td.num { (f.runs) } td.num { (f.flaky) }
+                    td.num { (format!("{:.0} %", f.rate * 100.0)) }
+                } } }
+            }
+        }
         h2 { "Recent runs" }
         table.runs {
             thead { tr { th { "Run" } th { "Of" } th { "Worst" } th { "Results" } th { "Accel" } th { "Host" } th { "Started" } th.num { "Duration" } } }

@@ -21,6 +21,13 @@ use super::{Review, ReviewKind, State, Transition, VerdictError};
 
 /// Hours of no objection after which a passing revision is ready to merge.
 pub const REVIEW_HOURS: i64 = 72;
+/// Consecutive complete runs in which a flaky check passes at the first
+/// attempt before its flakiness stops holding the revision back. A check
+/// that fails one run in two passes three in a row one time in eight; one
+/// that fails one in five does so half the time, so three clean runs (about
+/// 10 minutes of farm each) are cheap evidence that a flake was the farm's,
+/// and a maintainer's ack settles it sooner.
+pub const FLAKE_CLEAR_RUNS: usize = 3;
 
 /// Everything the state of a revision depends on.
 pub struct Facts<'a> {
@@ -68,6 +75,10 @@ impl Facts<'_> {
         if let Some(last) = this.last() {
             findings.extend(compare::new_warnings(last, base.last()));
         }
+        let base_refs: Vec<&crate::results::Run> = base.iter().collect();
+        findings.extend(compare::regressions(&compare::measurements(
+            &this_refs, &base_refs,
+        )));
         (checks, findings)
     }
 
@@ -80,6 +91,52 @@ impl Facts<'_> {
         }
         latest.retain(|r| r.kind == ReviewKind::Nack);
         latest
+    }
+
+    /// Flaky checks that hold the revision back at `t`: flaky here, not
+    /// flaky on the base, not acked, and not passed at the first attempt in
+    /// the last [`FLAKE_CLEAR_RUNS`] complete runs.
+    fn blocking_flakes(&self, t: Timestamp, checks: &Checks) -> Vec<String> {
+        let acked = self
+            .reviews
+            .iter()
+            .any(|r| r.at <= t && r.kind == ReviewKind::Ack);
+        if acked {
+            return vec![];
+        }
+        let base: Vec<crate::results::Run> = self
+            .base_runs
+            .iter()
+            .filter(|r| r.state == RunState::Complete && finished(r) <= t)
+            .map(|r| r.run.clone())
+            .collect();
+        let base_checks = compare::aggregate(&base.iter().collect::<Vec<_>>());
+        let runs: Vec<&RunRecord> = self
+            .runs
+            .iter()
+            .filter(|r| r.state == RunState::Complete && finished(r) <= t)
+            .collect();
+        let recent = &runs[runs.len().saturating_sub(FLAKE_CLEAR_RUNS)..];
+        checks
+            .iter()
+            .filter(|(_, c)| c.flaky.is_some())
+            .filter(|(k, _)| base_checks.get(*k).map_or(true, |b| b.flaky.is_none()))
+            .filter(|(k, _)| {
+                let clean = |r: &&RunRecord| {
+                    let mine = r
+                        .run
+                        .tests
+                        .iter()
+                        .filter(|x| x.path == k.path && x.variant == k.variant);
+                    let v: Vec<_> = mine.collect();
+                    !v.is_empty()
+                        && v.iter()
+                            .all(|x| x.attempt == 0 && x.status == crate::results::Status::Pass)
+                };
+                !(recent.len() == FLAKE_CLEAR_RUNS && recent.iter().all(clean))
+            })
+            .map(|(k, c)| format!("{k} ({})", c.flaky.as_deref().unwrap_or("")))
+            .collect()
     }
 
     /// The state the revision should be in at `t`, coming from `prev`.
@@ -146,12 +203,31 @@ impl Facts<'_> {
         }
         let flaky = checks.values().filter(|c| c.flaky.is_some()).count();
         let warnings = list(FindingKind::NewWarning).len();
-        let mut notes = format!("{} checks, no new failure against the base", checks.len());
+        let count = |s: crate::results::Status| checks.values().filter(|c| c.status == s).count();
+        let skipped = count(crate::results::Status::Skip);
+        let mut notes = format!(
+            "{} checks planned and reported, {} passed, no new failure against the base",
+            checks.len(),
+            count(crate::results::Status::Pass) + count(crate::results::Status::Done)
+        );
+        if skipped > 0 {
+            notes.push_str(&format!(
+                "; {skipped} not applicable (SKIP, not counted as passed)"
+            ));
+        }
         if warnings > 0 {
             notes.push_str(&format!("; {warnings} builds with new warnings"));
         }
         if flaky > 0 {
             notes.push_str(&format!("; {flaky} flaky"));
+        }
+        let held = self.blocking_flakes(t, &checks);
+        if !held.is_empty() {
+            let why = format!(
+                "{notes}; ready-to-merge held by flaky checks: {} (a maintainer's ack, or {FLAKE_CLEAR_RUNS} consecutive clean reruns, releases it)",
+                held.join(", ")
+            );
+            return (State::AwaitingReview, why);
         }
         match prev {
             Some((State::AwaitingReview, since)) if t >= since.plus_hours(REVIEW_HOURS) => (

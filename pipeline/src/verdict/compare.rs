@@ -107,6 +107,50 @@ fn run_checks(run: &Run) -> BTreeMap<CheckKey, (Status, Option<String>, String)>
     out
 }
 
+/// The most telling line of a log excerpt: the first compiler error
+/// (`error:`, `error[E0004]:`), the first kernel splat, the first
+/// FAIL/ERROR/MISS reason, else the first non-empty line. Never make's
+/// closing "Error 2".
+pub fn telling_line(excerpt: &str) -> &str {
+    let lines: Vec<&str> = excerpt
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let is = |l: &&&str, pats: &[&str]| pats.iter().any(|p| l.contains(p));
+    let compiler = ["error:", "error[E"];
+    let splat = [
+        "Kernel panic",
+        "BUG:",
+        "Oops",
+        "WARNING:",
+        "panicked at",
+        "rust_panic",
+    ];
+    let reason = [
+        "FAIL",
+        "ERROR",
+        "MISS",
+        "rejected",
+        "does not apply",
+        "AssertionError",
+        "CheckFailed",
+    ];
+    lines
+        .iter()
+        .find(|l| is(l, &compiler) && !l.starts_with("make"))
+        .or_else(|| lines.iter().find(|l| is(l, &splat)))
+        .or_else(|| {
+            lines
+                .iter()
+                .find(|l| is(l, &reason) && !l.starts_with("make"))
+        })
+        .or_else(|| lines.iter().find(|l| !l.starts_with("make")))
+        .or_else(|| lines.first())
+        .copied()
+        .unwrap_or("")
+}
+
 /// Fold the runs of one revision (oldest first) into one state per check.
 pub fn aggregate(runs: &[&Run]) -> Checks {
     /// Per run: run id, status, flaky reason, log excerpt.
@@ -209,11 +253,12 @@ pub fn compare(this: &Checks, reference: &Checks, against_base: bool) -> Vec<Fin
             .get(&rk)
             .or_else(|| this.get(&rk).filter(|_| rk != *key));
         let reference = r.map(|r| r.status);
-        let excerpt = || st.log_excerpt.lines().last().unwrap_or("").to_string();
+        let excerpt = || telling_line(&st.log_excerpt).to_string();
         let kind = match (st.status, reference) {
             (Status::Fail, Some(Status::Fail)) => Some(FindingKind::StillFailing),
             (Status::Fail, _) => Some(FindingKind::NewFailure),
-            (s, Some(r)) if s.incomplete() && r.incomplete() => None,
+            // Incomplete here is incomplete, whatever the reference did: the
+            // verdict waits for the evidence.
             (s, _) if s.incomplete() => Some(FindingKind::Incomplete),
             (Status::Pass, Some(Status::Fail)) => Some(FindingKind::Fixed),
             _ => None,
@@ -324,9 +369,13 @@ pub struct MeasurementDelta {
     /// Mean of the revision's samples.
     pub value: f64,
     pub samples: usize,
+    /// The revision's samples themselves (pooled over its runs).
+    pub values: Vec<f64>,
     pub base: Option<Band>,
-    /// (value − base mean) / base mean, in percent.
+    /// (median − base median) / base median, in percent.
     pub delta_pct: Option<f64>,
+    /// One-sided p-value of the movement (Mann–Whitney), when computed.
+    pub p: Option<f64>,
     pub movement: Movement,
 }
 
@@ -353,7 +402,14 @@ fn pool(runs: &[&Run]) -> BTreeMap<MKey, (Vec<f64>, String, bool)> {
     out
 }
 
-/// Every measurement of `this` against the band of `base`.
+/// Below this share slower than the base, a throughput difference is not
+/// called a regression: separate TCG guests on a shared 2-core host were
+/// measured up to ~8 % apart run to run with identical kernels.
+pub const REGRESSION_MIN_EFFECT: f64 = 0.10;
+
+/// Every measurement of `this` against `base`: the band for display, and
+/// the movement from a one-sided Mann–Whitney test on the samples with a
+/// minimum effect of [`REGRESSION_MIN_EFFECT`] (see [`crate::stats`]).
 pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
     let base = pool(base);
     pool(this)
@@ -362,36 +418,77 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
             let value = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
             let b = base.get(&(name.clone(), variant.clone()));
             let band = b.and_then(|b| band(&b.0));
-            let movement = match (b, band) {
-                (None, _) => Movement::NoBase,
-                (Some(_), None) => Movement::NoBand,
-                (Some(_), Some(bd)) => {
+            let mut p = None;
+            let movement = match b {
+                None => Movement::NoBase,
+                Some(b) if b.0.len() < 3 || samples.len() < 3 => Movement::NoBand,
+                Some(b) => {
+                    // For times, "worse" is higher: the base is then the
+                    // lower one.
+                    let (bs, ts) = (&b.0[..], &samples[..]);
                     let (worse, better) = if lower_is_better {
-                        (value > bd.high, value < bd.low)
+                        (
+                            crate::stats::lower(ts, bs, REGRESSION_MIN_EFFECT),
+                            crate::stats::lower(bs, ts, REGRESSION_MIN_EFFECT),
+                        )
                     } else {
-                        (value < bd.low, value > bd.high)
+                        (
+                            crate::stats::lower(bs, ts, REGRESSION_MIN_EFFECT),
+                            crate::stats::lower(ts, bs, REGRESSION_MIN_EFFECT),
+                        )
                     };
-                    if worse {
+                    if let Some(w) = worse {
+                        p = Some(w.p);
                         Movement::Regression
-                    } else if better {
+                    } else if let Some(x) = better {
+                        p = Some(x.p);
                         Movement::Improvement
                     } else {
+                        p = crate::stats::p_smaller(ts, bs);
                         Movement::WithinNoise
                     }
                 }
             };
-            let base_mean = b.map(|b| b.0.iter().sum::<f64>() / b.0.len().max(1) as f64);
+            let base_median = b.map(|b| crate::stats::median(&b.0));
             MeasurementDelta {
                 name,
                 variant,
                 unit,
                 value,
                 samples: samples.len(),
+                values: samples.clone(),
                 base: band,
-                delta_pct: base_mean
-                    .filter(|m| *m != 0.0)
-                    .map(|m| (value - m) / m * 100.0),
+                delta_pct: base_median
+                    .filter(|m| *m != 0.0 && m.is_finite())
+                    .map(|m| (crate::stats::median(&samples) - m) / m * 100.0),
+                p,
                 movement,
+            }
+        })
+        .collect()
+}
+
+/// Throughput regressions against the base, as failures of the check that
+/// measured them: "throughput regression vs base: tcp_tx −30.2 % (p = 0.004)".
+pub fn regressions(deltas: &[MeasurementDelta]) -> Vec<Finding> {
+    deltas
+        .iter()
+        .filter(|m| m.movement == Movement::Regression && m.unit.ends_with("bit/s"))
+        .map(|m| {
+            let (check, what) = m.name.rsplit_once('.').unwrap_or((&m.name, ""));
+            Finding {
+                kind: FindingKind::NewFailure,
+                check: CheckKey {
+                    path: check.to_string(),
+                    variant: m.variant.clone(),
+                },
+                status: Status::Fail,
+                reference: Some(Status::Pass),
+                detail: format!(
+                    "throughput regression vs base: {what} {:+.1} % (p = {:.4})",
+                    m.delta_pct.unwrap_or(0.0),
+                    m.p.unwrap_or(1.0)
+                ),
             }
         })
         .collect()

@@ -278,17 +278,51 @@ fn noise_band_calls_regressions_only_outside_it() {
         b2.measurements[0].lower_is_better = lower;
         compare::measurements(&[&r], &[&b2])[0].movement
     };
-    assert_eq!(call(&[96.0, 97.0], false), Movement::WithinNoise);
-    assert_eq!(call(&[90.0, 91.0], false), Movement::Regression);
-    assert_eq!(call(&[110.0], false), Movement::Improvement);
-    assert_eq!(call(&[110.0], true), Movement::Regression);
+    // Samples inside the base's spread: noise.
+    assert_eq!(
+        call(&[96.0, 97.0, 101.0, 99.0, 98.5], false),
+        Movement::WithinNoise
+    );
+    // 5 % lower and separated: significant, but below the 10 % minimum effect.
+    assert_eq!(
+        call(&[95.0, 94.5, 95.5, 94.8, 95.2], false),
+        Movement::WithinNoise
+    );
+    // 30 % lower, separated: a regression, p < 0.01.
+    let slow = [70.0, 71.0, 69.5, 70.5, 70.2];
+    assert_eq!(call(&slow, false), Movement::Regression);
+    assert_eq!(
+        call(&[130.0, 131.0, 129.0, 130.5, 132.0], false),
+        Movement::Improvement
+    );
+    // For times, higher is worse.
+    assert_eq!(
+        call(&[130.0, 131.0, 129.0, 130.5, 132.0], true),
+        Movement::Regression
+    );
+    // Too few samples on either side: no call.
+    assert_eq!(call(&[50.0, 51.0], false), Movement::NoBand);
     let mut one = br.clone();
     one.measurements[0].samples = vec![100.0];
     let mut r = run("r", Some(1), "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
-    r.measurements.push(measurement(&[50.0]));
+    r.measurements.push(measurement(&slow));
     assert_eq!(
         compare::measurements(&[&r], &[&one])[0].movement,
         Movement::NoBand
+    );
+    // A throughput regression is a failure of the check that measured it.
+    let mut r = run("r", Some(1), "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
+    r.measurements.push(measurement(&slow));
+    let deltas = compare::measurements(&[&r], &[&br]);
+    let f = compare::regressions(&deltas);
+    assert_eq!(f.len(), 1, "{deltas:?}");
+    assert_eq!(f[0].check.path, "farm.throughput");
+    assert!(
+        f[0].detail
+            .starts_with("throughput regression vs base: tcp_tx -29.8 %")
+            && f[0].detail.contains("(p = 0.00"),
+        "{}",
+        f[0].detail
     );
 }
 
@@ -305,4 +339,128 @@ fn an_interrupted_run_alone_keeps_the_revision_testing() {
     let r = advance(&mut st, &rev("s/v1"), t("2026-06-02T00:30:00Z")).unwrap();
     assert_eq!(r.state, Some(State::Testing));
     assert!(r.reason.contains("in progress"), "{}", r.reason);
+}
+
+#[test]
+fn missing_evidence_keeps_testing_even_when_the_base_misses_it_too() {
+    let (_d, mut st) = store();
+    let mut b = base_run();
+    b.tests.push(test("farm.kunit", Status::Miss));
+    st.record_run(&b).unwrap();
+    let mut v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    v1.tests.push(test("farm.kunit", Status::Miss));
+    st.record_run(&v1).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-09T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::Testing));
+    assert!(r.reason.contains("farm.kunit"), "{}", r.reason);
+}
+
+#[test]
+fn a_skip_is_not_counted_as_a_pass() {
+    let (_d, mut st) = store();
+    let mut v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    v1.tests
+        .push(test("farm.cable_test[cable-test]", Status::Skip));
+    st.record_run(&v1).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    assert!(
+        r.reason.contains("3 checks planned and reported, 2 passed")
+            && r.reason
+                .contains("1 not applicable (SKIP, not counted as passed)"),
+        "{}",
+        r.reason
+    );
+}
+
+#[test]
+fn a_flake_holds_ready_to_merge_until_acked_or_three_clean_reruns() {
+    let flaky_run = |id: &str, start: &str, end: &str| {
+        let mut r = run(id, Some(1), start, end);
+        let mut first = test("farm.link_flap[plain]", Status::Fail);
+        first.variant = Some("rust".into());
+        let mut retry = first.clone();
+        retry.status = Status::Pass;
+        retry.attempt = 1;
+        r.tests.extend([first, retry]);
+        r
+    };
+    let clean_run = |id: &str, start: &str, end: &str| {
+        let mut r = run(id, Some(1), start, end);
+        let mut x = test("farm.link_flap[plain]", Status::Pass);
+        x.variant = Some("rust".into());
+        r.tests.push(x);
+        r
+    };
+    // Held: flaky on the revision, stable on the base, 72 hours later.
+    let (_d, mut st) = store();
+    st.record_run(&base_run()).unwrap();
+    st.record_run(&flaky_run(
+        "a",
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    ))
+    .unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-09T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    assert!(
+        r.reason
+            .contains("held by flaky checks: farm.link_flap[plain] (rust)"),
+        "{}",
+        r.reason
+    );
+    assert_eq!(r.flaky().count(), 1);
+    // Two clean reruns are not enough; the third releases it.
+    st.record_run(&clean_run(
+        "b",
+        "2026-06-09T01:00:00Z",
+        "2026-06-09T02:00:00Z",
+    ))
+    .unwrap();
+    st.record_run(&clean_run(
+        "c",
+        "2026-06-09T03:00:00Z",
+        "2026-06-09T04:00:00Z",
+    ))
+    .unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-09T05:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    st.record_run(&clean_run(
+        "d",
+        "2026-06-09T06:00:00Z",
+        "2026-06-09T07:00:00Z",
+    ))
+    .unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-13T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ReadyToMerge), "{}", r.reason);
+
+    // Or a maintainer's ack releases it.
+    let (_d, mut st) = store();
+    st.record_run(&base_run()).unwrap();
+    st.record_run(&flaky_run(
+        "a",
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    ))
+    .unwrap();
+    advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    let ack = Review {
+        at: t("2026-06-04T00:00:00Z"),
+        by: "Andrew Lunn".into(),
+        kind: ReviewKind::Ack,
+        reason: "the flap check is the farm's".into(),
+    };
+    review(&mut st, &rev("s/v1"), &ack).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-09T00:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::ReadyToMerge), "{}", r.reason);
 }

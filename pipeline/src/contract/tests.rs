@@ -1,0 +1,261 @@
+use super::*;
+use serde_json::json;
+
+/// Write a schema-2 results.json whose tests are `tests`, with the fields
+/// a test may leave out filled in.
+pub(crate) fn write_results(dir: &Path, tests: serde_json::Value) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut tests = tests;
+    for t in tests.as_array_mut().unwrap() {
+        let o = t.as_object_mut().unwrap();
+        o.entry("duration").or_insert(json!(1.0));
+        o.entry("message").or_insert(json!(""));
+        o.entry("measurements").or_insert(json!([]));
+        o.entry("variant").or_insert(json!(null));
+    }
+    let doc = json!({
+        "schema": 2, "started": "2026-12-03T10:00:00Z", "finished": "2026-12-03T10:05:00Z",
+        "environment": {}, "status": "PASS", "counts": {}, "tests": tests,
+    });
+    std::fs::write(dir.join("results.json"), doc.to_string()).unwrap();
+}
+
+fn all_pass(variants: &[&str]) -> serde_json::Value {
+    let mut v = vec![];
+    for var in variants {
+        for id in FARM_CHECKS {
+            v.push(json!({"id": id, "variant": var, "status": "PASS"}));
+        }
+    }
+    json!(v)
+}
+
+fn status_of(imp: &FarmImport, id: &str, variant: Option<&str>) -> Vec<(u32, Status)> {
+    imp.tests
+        .iter()
+        .filter(|t| t.path == id && t.variant.as_deref() == variant)
+        .map(|t| (t.attempt, t.status))
+        .collect()
+}
+
+#[test]
+fn ids_carry_their_parameters_and_odd_ones_are_refused() {
+    for ok in [
+        "farm.probe",
+        "farm.link_flap[reset_after_link_loss]",
+        "farm.cable_test[cable-test-tdr]",
+        "farm.kunit.rust_doctest_kernel_0",
+        "farm.differential.link_flap[plain]",
+    ] {
+        assert!(valid_check_id(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "Farm.probe",
+        "farm..probe",
+        "farm.probe[",
+        "farm.probe[]",
+        "farm.probe[a;b]",
+        "farm.probe[a]x",
+        "farm.pro be",
+        "farm/probe",
+    ] {
+        assert!(!valid_check_id(bad), "{bad}");
+    }
+}
+
+#[test]
+fn every_planned_check_is_imported_with_its_parameters() {
+    let d = tempfile::tempdir().unwrap();
+    write_results(d.path(), all_pass(&["rust", "c"]));
+    let plan = Plan::new(&["rust", "c"], false);
+    let imp = import(d.path(), &plan, None).unwrap();
+    assert_eq!(
+        status_of(&imp, "farm.link_flap[reset_after_link_loss]", Some("rust")),
+        [(0, Status::Pass)]
+    );
+    assert_eq!(
+        status_of(&imp, "farm.cable_test[cable-test]", Some("c")),
+        [(0, Status::Pass)]
+    );
+    // 8 checks x 2 variants + 8 differentials, nothing dropped or missing.
+    assert_eq!(imp.tests.len(), 24);
+    assert!(imp.tests.iter().all(|t| t.status == Status::Pass));
+}
+
+#[test]
+fn a_planned_check_not_reported_is_miss_and_no_results_is_error() {
+    let d = tempfile::tempdir().unwrap();
+    let mut tests = all_pass(&["rust"]);
+    tests
+        .as_array_mut()
+        .unwrap()
+        .retain(|t| t["id"] != "farm.cable_test[cable-test]");
+    write_results(d.path(), tests);
+    let plan = Plan::new(&["rust"], true);
+    let imp = import(d.path(), &plan, None).unwrap();
+    let miss: Vec<&str> = imp
+        .tests
+        .iter()
+        .filter(|t| t.status == Status::Miss)
+        .map(|t| t.path.as_str())
+        .collect();
+    assert_eq!(miss, ["farm.cable_test[cable-test]", "farm.kunit"]);
+    assert!(imp.tests[imp.tests.len() - 1]
+        .log_excerpt
+        .contains("planned but not reported"));
+
+    let empty = tempfile::tempdir().unwrap();
+    let imp = import(empty.path(), &plan, Some("pytest was killed")).unwrap();
+    assert_eq!(imp.tests.len(), plan.checks.len());
+    assert!(imp
+        .tests
+        .iter()
+        .all(|t| t.status == Status::Error && t.log_excerpt.contains("pytest was killed")));
+}
+
+#[test]
+fn unknown_ids_fields_and_statuses_are_errors_naming_them() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = Plan::new(&["rust"], false);
+    write_results(
+        d.path(),
+        json!([{"id": "farm.harness.no_process_outlives", "variant": "rust", "status": "PASS"}]),
+    );
+    let e = import(d.path(), &plan, None).unwrap_err().to_string();
+    assert!(
+        e.contains("farm.harness.no_process_outlives") && e.contains("not in the run's plan"),
+        "{e}"
+    );
+
+    write_results(
+        d.path(),
+        json!([{"id": "farm.probe", "variant": "rust", "status": "PASS", "colour": "red"}]),
+    );
+    let e = import(d.path(), &plan, None).unwrap_err().to_string();
+    assert!(
+        e.contains("colour") && e.contains("farm-results.schema.json"),
+        "{e}"
+    );
+
+    write_results(
+        d.path(),
+        json!([{"id": "farm.probe", "variant": "rust", "status": "FLAKY"}]),
+    );
+    let e = import(d.path(), &plan, None).unwrap_err().to_string();
+    assert!(e.contains("FLAKY"), "{e}");
+
+    write_results(
+        d.path(),
+        json!([{"id": "farm.probe[a;b]", "variant": "rust", "status": "PASS"}]),
+    );
+    let e = import(d.path(), &plan, None).unwrap_err().to_string();
+    assert!(e.contains("tests[0].id"), "{e}");
+}
+
+#[test]
+fn a_retry_is_recorded_as_attempt_one() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("farm");
+    let mut tests = all_pass(&["rust"]);
+    tests[6]["status"] = json!("FAIL");
+    tests[6]["measurements"] = json!([{"name": "settle_autoneg", "value": 0.1, "unit": "s"}]);
+    write_results(&out, tests);
+    write_results(
+        &retry_dir(&out),
+        json!([{"id": "farm.speed_duplex", "variant": "rust", "status": "PASS", "duration": 21.0}]),
+    );
+    let imp = import(&out, &Plan::new(&["rust"], false), None).unwrap();
+    assert_eq!(
+        status_of(&imp, "farm.speed_duplex", Some("rust")),
+        [(0, Status::Fail), (1, Status::Pass)]
+    );
+    assert_eq!(imp.measurements.len(), 1);
+    assert!(imp.measurements[0].lower_is_better);
+    assert_eq!(retry_dir(&out), d.path().join("farm-retry"));
+}
+
+#[test]
+fn the_differential_names_the_side_that_deviates_and_both_failing_is_not_pass() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = Plan::new(&["rust", "c"], false);
+    let mut tests = all_pass(&["rust", "c"]);
+    // probe: rust fails; dmesg: both fail.
+    tests[0]["status"] = json!("FAIL");
+    tests[0]["message"] = json!("AssertionError: PHY driver is 'Generic PHY'");
+    tests[7]["status"] = json!("FAIL");
+    tests[15]["status"] = json!("FAIL");
+    // throughput: rust clearly slower than c.
+    tests[1]["measurements"] = json!([{"name": "tcp_tx", "value": 40.0, "unit": "Mbit/s",
+        "samples": [40.0, 41.0, 39.5, 40.5, 40.2]}]);
+    tests[9]["measurements"] = json!([{"name": "tcp_tx", "value": 93.0, "unit": "Mbit/s",
+        "samples": [93.0, 93.5, 92.8, 93.2, 93.1]}]);
+    write_results(d.path(), tests);
+    let imp = import(d.path(), &plan, None).unwrap();
+    let diff = |id: &str| {
+        imp.tests
+            .iter()
+            .find(|t| t.path == differential_id(id))
+            .unwrap()
+            .clone()
+    };
+    let probe = diff("farm.probe");
+    assert_eq!(probe.status, Status::Fail);
+    assert!(
+        probe
+            .log_excerpt
+            .starts_with("rust deviates: rust FAIL, c PASS"),
+        "{}",
+        probe.log_excerpt
+    );
+    let dmesg = diff("farm.dmesg");
+    assert_eq!(dmesg.status, Status::Fail);
+    assert!(dmesg.log_excerpt.starts_with("both variants fail"));
+    let tp = diff("farm.throughput");
+    assert_eq!(tp.status, Status::Fail);
+    assert!(
+        tp.log_excerpt.contains("tcp_tx: rust is slower") && tp.log_excerpt.contains("p = "),
+        "{}",
+        tp.log_excerpt
+    );
+    assert_eq!(diff("farm.speed_duplex").status, Status::Pass);
+}
+
+#[test]
+fn the_schema_file_and_the_reader_agree_on_the_id_pattern() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/farm-results.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let pattern = schema["$defs"]["id"]["pattern"].as_str().unwrap();
+    assert_eq!(
+        pattern,
+        r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*(\[[A-Za-z0-9_,=+-]+\])?$"
+    );
+    assert_eq!(schema["properties"]["schema"]["const"], json!(FARM_SCHEMA));
+}
+
+#[test]
+fn the_reader_accepts_and_refuses_the_same_examples_as_the_schema() {
+    // pipeline/schema/examples: good.json and bad-*.json; the harness's
+    // tests run the same files through the JSON Schema (jsonschema).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/examples");
+    let mut bad = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let r = FarmResults::load(&p);
+        if name == "good.json" {
+            assert_eq!(r.unwrap().unwrap().tests.len(), 3);
+        } else {
+            assert!(name.starts_with("bad-"), "{name}");
+            let e = r.expect_err(&name).to_string();
+            assert!(e.contains(&name), "{e}");
+            bad += 1;
+        }
+    }
+    assert!(bad >= 10, "{bad}");
+}
