@@ -1,9 +1,12 @@
-//! The adapter as seen over usbredir: takes decoded usbredir packets and
-//! wire frames, produces usbredir packets and wire frames. No I/O; time is
-//! passed in, so tests and the benchmark drive it directly.
+//! The adapter as seen over usbredir: the session (hello, announce,
+//! configuration, control requests, pending bulk transfers, the interrupt
+//! endpoint, unplug and replug) around the NIC datapath (`nic`). It takes
+//! decoded usbredir packets and wire frames and produces usbredir packets
+//! and wire frames. No I/O; time is passed in, so tests and the benchmark
+//! drive it directly. Counters and the capture are the device's
+//! [`NicEvents`].
 
 use serde::Serialize;
-use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -13,9 +16,9 @@ use usbredir::{BulkPacket, Caps, ControlPacket, Message, Packet, SmallDataPacket
 use crate::descriptors::{self, Variant, EP_BULK_IN, EP_BULK_OUT, EP_INTERRUPT};
 use crate::ep0::{Ep0, UsbState};
 use crate::faults::MdioFaults;
-use crate::framing::{self, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
-use crate::impair::{Fate, Impair, ImpairConfig};
+use crate::impair::ImpairConfig;
 use crate::mac::{cmd, Addr0, Effects, Mac, Reply, Setup};
+use crate::nic::{Drop, Nic, NicEvents, RxData};
 use crate::pcap::Pcap;
 use crate::pending::{Pending, Refused};
 use crate::phy::{Partner, Phy, Quirks};
@@ -33,10 +36,7 @@ pub const OUR_CAPS: Caps = Caps(0x7a);
 /// 95-100% with 10 ms (bench/guest-throughput.sh, 2 loaded cores).
 pub const DEFAULT_PACE_BURST: Duration = Duration::from_millis(10);
 
-/// Frames the MAC holds for the wire (about 190 kB, 15 ms at 100 Mbit/s,
-/// more than the pacer's default burst). A bulk OUT is taken in only when
-/// its frames find room here; until then it waits, unparsed.
-pub const TX_QUEUE_FRAMES: usize = 128;
+pub use crate::nic::{DELAY_FRAMES, TX_QUEUE_FRAMES};
 /// Bulk OUT transfers waiting for room in the TX queue. The event loop
 /// stops reading from QEMU at [`OUT_WAIT_HIGH`], so a peer that keeps
 /// sending meets back-pressure, not loss.
@@ -45,8 +45,6 @@ pub const OUT_WAIT_HIGH: usize = 48;
 /// Bulk IN requests held at once; more are answered with an I/O error
 /// (Linux's usbnet keeps about 60 in flight).
 pub const BULK_IN_MAX: usize = 1024;
-/// Frames held on a delayed wire (latency and jitter), each direction.
-pub const DELAY_FRAMES: usize = 8192;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceConfig {
@@ -137,11 +135,56 @@ pub struct Counters {
     pub usbredir_errors: u64,
 }
 
+/// Counters and the wire capture: what the datapath reports lands here.
+struct Stats {
+    counters: Counters,
+    pcap: Option<Pcap>,
+}
+
+impl NicEvents for Stats {
+    fn tx_frame(&mut self, len: usize) {
+        self.counters.tx_frames += 1;
+        self.counters.tx_bytes += len as u64;
+    }
+    fn rx_frame(&mut self, len: usize) {
+        self.counters.rx_frames += 1;
+        self.counters.rx_bytes += len as u64;
+    }
+    fn on_wire(&mut self, frame: &[u8]) {
+        if let Some(p) = &mut self.pcap {
+            if let Err(e) = p.write(frame) {
+                log_w!("pcap: {}: {e}; capture stopped", p.path().display());
+                self.pcap = None;
+            }
+        }
+    }
+    fn dropped(&mut self, why: Drop, n: u64) {
+        let c = &mut self.counters;
+        *match why {
+            Drop::TxNoLink => &mut c.tx_dropped_no_link,
+            Drop::TxBadHeader | Drop::TxOversized => &mut c.tx_errors,
+            Drop::RxNoLink => &mut c.rx_dropped_no_link,
+            Drop::RxLength => &mut c.rx_length_errors,
+            Drop::RxGated => &mut c.rx_dropped_gated,
+            Drop::RxFiltered => &mut c.rx_filtered,
+            Drop::RxOverflow => &mut c.rx_overflow,
+            Drop::RxTooBigForRequest => &mut c.rx_too_big_for_request,
+            Drop::Impaired => &mut c.impair_dropped,
+            Drop::DelayOverflow => &mut c.delay_overflow,
+        } += n;
+    }
+    fn corrupted(&mut self) {
+        self.counters.impair_corrupted += 1;
+    }
+    fn warn(&mut self, msg: std::fmt::Arguments<'_>) {
+        log_w!("{msg}");
+    }
+}
+
 pub struct Device {
     cfg: DeviceConfig,
     serial: String,
-    mac: Mac,
-    phy: Phy,
+    nic: Nic,
     usb: UsbState,
     peer_caps: Option<Caps>,
     announced: bool,
@@ -153,33 +196,17 @@ pub struct Device {
     bulk_in: Pending<u32>,
     out_wait: Pending<Vec<u8>>,
     out_done: Pending<(u32, Instant)>,
-    tx_parser: TxParser,
-    tx_queue: VecDeque<(Instant, Vec<u8>)>,
-    rx_queue: VecDeque<(Instant, Vec<u8>)>,
-    tx_clock: Instant,
-    rx_clock: Instant,
-    impair: Impair,
     mdio_faults: MdioFaults,
     replug_at: Option<Instant>,
-    tx_delay: VecDeque<(Instant, Vec<u8>)>,
-    rx_delay: VecDeque<(Instant, Vec<u8>)>,
-    counters: Counters,
-    pcap: Option<Pcap>,
+    stats: Stats,
     usb_out: Vec<Packet>,
-    wire_out: Vec<Vec<u8>>,
-    now: Instant,
 }
 
 impl Device {
     pub fn new(cfg: DeviceConfig, now: Instant) -> Device {
-        let mut phy = Phy::new(cfg.phy_id, now);
-        phy.set_autoneg_delay(cfg.autoneg);
-        phy.set_partner(cfg.partner.clone());
-        phy.set_quirks(cfg.quirks);
         let serial = cfg.mac[3..].iter().map(|b| format!("{b:02X}")).collect();
         Device {
-            mac: Mac::new(cfg.variant, cfg.mac, cfg.addr0),
-            phy,
+            nic: Nic::new(&cfg, now),
             serial,
             usb: UsbState::default(),
             peer_caps: None,
@@ -192,21 +219,13 @@ impl Device {
             bulk_in: Pending::new(BULK_IN_MAX),
             out_wait: Pending::new(OUT_WAIT_MAX),
             out_done: Pending::new(OUT_WAIT_MAX + TX_QUEUE_FRAMES),
-            tx_parser: TxParser::default(),
-            tx_queue: VecDeque::new(),
-            rx_queue: VecDeque::new(),
-            tx_clock: now,
-            rx_clock: now,
-            impair: Impair::new(ImpairConfig::default()),
             mdio_faults: MdioFaults::default(),
             replug_at: None,
-            tx_delay: VecDeque::new(),
-            rx_delay: VecDeque::new(),
-            counters: Counters::default(),
-            pcap: None,
+            stats: Stats {
+                counters: Counters::default(),
+                pcap: None,
+            },
             usb_out: Vec::new(),
-            wire_out: Vec::new(),
-            now,
             cfg,
         }
     }
@@ -215,16 +234,16 @@ impl Device {
         &self.cfg
     }
     pub fn phy(&self) -> &Phy {
-        &self.phy
+        &self.nic.phy
     }
     pub fn phy_mut(&mut self) -> &mut Phy {
-        &mut self.phy
+        &mut self.nic.phy
     }
     pub fn mac(&self) -> &Mac {
-        &self.mac
+        &self.nic.mac
     }
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.stats.counters
     }
     pub fn announced(&self) -> bool {
         self.announced
@@ -241,7 +260,7 @@ impl Device {
 
     /// Frames queued towards the wire.
     pub fn tx_queued(&self) -> usize {
-        self.tx_queue.len()
+        self.nic.tx_queued()
     }
 
     /// Whether the device takes more packets from QEMU now; the event loop
@@ -251,8 +270,8 @@ impl Device {
     }
 
     pub fn reset_counters(&mut self) {
-        self.counters = Counters::default();
-        self.phy.reset_counters();
+        self.stats.counters = Counters::default();
+        self.nic.phy.reset_counters();
     }
 
     /// usbredir packets to send, in order.
@@ -262,19 +281,16 @@ impl Device {
 
     /// Frames to put on the wire, in order.
     pub fn take_wire(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.wire_out)
+        self.nic.take_wire()
     }
 
     /// Room for frames from the wire (callers stop reading when false).
     pub fn rx_room(&self) -> bool {
-        self.rx_queue.len() < self.cfg.rx_queue_frames
+        self.nic.rx_room()
     }
 
     fn tick(&mut self, now: Instant) {
-        if now > self.now {
-            self.now = now;
-        }
-        self.phy.set_time(self.now);
+        self.nic.tick(now);
     }
 
     fn send(&mut self, id: u64, msg: Message) {
@@ -313,13 +329,7 @@ impl Device {
                 self.send(id, cancelled(EP_BULK_OUT));
             }
         }
-        self.tx_parser.reset();
-        self.tx_queue.clear();
-        self.rx_queue.clear();
-        self.tx_clock = self.now;
-        self.rx_clock = self.now;
-        self.mac.reset();
-        self.phy.power_on_reset();
+        self.nic.reset();
         self.usb = UsbState::default();
         self.int_receiving = false;
         self.reported_link = None;
@@ -365,7 +375,7 @@ impl Device {
     /// reconnect of the adapter).
     pub fn replug(&mut self, now: Instant, down: Duration) {
         self.unplug(now);
-        self.replug_at = Some(self.now + down);
+        self.replug_at = Some(self.nic.now() + down);
     }
 
     /// When a scheduled replug happens.
@@ -390,7 +400,7 @@ impl Device {
 
     /// Count a decoding error reported by the codec.
     pub fn usbredir_error(&mut self) {
-        self.counters.usbredir_errors += 1;
+        self.stats.counters.usbredir_errors += 1;
     }
 
     /// Handle one packet from QEMU.
@@ -408,7 +418,7 @@ impl Device {
                 }
             }
             Message::Reset => {
-                self.counters.usb_resets += 1;
+                self.stats.counters.usb_resets += 1;
                 self.power_on(true);
             }
             Message::SetConfiguration { configuration } => {
@@ -567,7 +577,7 @@ impl Device {
             }
             other => log_w!("usb: unexpected {} ignored", other.name()),
         }
-        self.poll(self.now);
+        self.poll(self.nic.now());
     }
 
     fn send_infos(&mut self) {
@@ -580,10 +590,10 @@ impl Device {
 
     fn cancel(&mut self, id: u64) {
         if self.bulk_in.cancel(id) {
-            self.counters.bulk_cancelled += 1;
+            self.stats.counters.bulk_cancelled += 1;
             self.send(id, cancelled(EP_BULK_IN));
         } else if self.out_done.cancel(id) || self.out_wait.cancel(id) {
-            self.counters.bulk_cancelled += 1;
+            self.stats.counters.bulk_cancelled += 1;
             self.send(id, cancelled(EP_BULK_OUT));
         } else {
             log_t!("usb: cancel of unknown id {id:#x} (already completed)");
@@ -591,7 +601,7 @@ impl Device {
     }
 
     fn control(&mut self, id: u64, cp: ControlPacket) {
-        self.counters.control_requests += 1;
+        self.stats.counters.control_requests += 1;
         let mdio = match (cp.requesttype, cp.request) {
             (0xc0, cmd::READ_MII_REG) => Some(false),
             (0x40, cmd::WRITE_MII_REG) => Some(true),
@@ -599,8 +609,8 @@ impl Device {
         };
         if let Some(write) = mdio {
             if cp.index <= 31 && self.mdio_faults.fires(write, cp.index as u8) {
-                self.counters.mdio_faults_injected += 1;
-                self.counters.control_stalls += 1;
+                self.stats.counters.mdio_faults_injected += 1;
+                self.stats.counters.control_stalls += 1;
                 log_i!(
                     "mdio: injected {} fault on register {:#04x}",
                     if write { "write" } else { "read" },
@@ -628,18 +638,12 @@ impl Device {
             variant: self.cfg.variant,
             serial: &self.serial,
             usb: &mut self.usb,
-            mac: &mut self.mac,
-            phy: &mut self.phy,
+            mac: &mut self.nic.mac,
+            phy: &mut self.nic.phy,
             effects: &mut effects,
         }
         .handle(&s, &cp.data);
-        if effects.flush_rx {
-            self.rx_queue.clear();
-        }
-        if effects.flush_tx {
-            self.tx_queue.clear();
-            self.tx_parser.reset();
-        }
+        self.nic.apply(effects);
         let base = ControlPacket {
             data: Vec::new(),
             length: 0,
@@ -654,7 +658,7 @@ impl Device {
             },
             Reply::Done(n) => ControlPacket { length: n, ..base },
             Reply::Stall => {
-                self.counters.control_stalls += 1;
+                self.stats.counters.control_stalls += 1;
                 ControlPacket {
                     status: Status::STALL,
                     ..base
@@ -687,7 +691,7 @@ impl Device {
             self.out_wait.push(id, bp.data)
         };
         if let Err(why) = pushed {
-            self.counters.bulk_refused += 1;
+            self.stats.counters.bulk_refused += 1;
             let status = match why {
                 Refused::Full => {
                     log_w!(
@@ -722,11 +726,12 @@ impl Device {
     /// completes once its last frame has left. Returns whether any was.
     fn admit_outs(&mut self) -> bool {
         let mut any = false;
-        while self.tx_queue.len() < TX_QUEUE_FRAMES && !self.out_done.is_full() {
+        while self.nic.tx_room() && !self.out_done.is_full() {
             let Some((id, data)) = self.out_wait.pop_front() else {
                 break;
             };
-            let ready = self.bulk_out(&data);
+            self.stats.counters.bulk_out_transfers += 1;
+            let ready = self.nic.bulk_out(&data, &mut self.stats);
             let pushed = self.out_done.push(id, (data.len() as u32, ready));
             debug_assert!(pushed.is_ok(), "ids are unique across the OUT queues");
             any = true;
@@ -734,161 +739,20 @@ impl Device {
         any
     }
 
-    /// Parse one bulk OUT transfer and queue its frames; returns when the
-    /// last of them leaves.
-    fn bulk_out(&mut self, data: &[u8]) -> Instant {
-        self.counters.bulk_out_transfers += 1;
-        let o = self.tx_parser.push(data);
-        if o.bad_header {
-            self.counters.tx_errors += 1;
-            log_w!(
-                "tx: bad ASIX header in a {}-byte transfer; rest dropped",
-                data.len()
-            );
-        }
-        self.counters.tx_errors += u64::from(o.oversized);
-        let mut ready = self.now;
-        for f in o.frames {
-            if let Some(t) = self.transmit(f) {
-                ready = ready.max(t);
-            }
-        }
-        ready
-    }
-
-    /// Send a guest frame towards the wire; returns when it has left.
-    fn transmit(&mut self, mut frame: Vec<u8>) -> Option<Instant> {
-        if self.phy.loopback() {
-            self.receive(frame);
-            return None;
-        }
-        if !self.phy.link_up() {
-            self.counters.tx_dropped_no_link += 1;
-            return None;
-        }
-        let depart = if self.cfg.paced {
-            let start = self.tx_clock.max(self.pace_floor());
-            self.tx_clock = start + framing::wire_time(frame.len(), self.mac.line_rate());
-            self.tx_clock
-        } else {
-            self.now
-        };
-        match self.impair.apply(true, &mut frame) {
-            Fate::Dropped => self.counters.impair_dropped += 1,
-            fate => {
-                if fate == Fate::Corrupted {
-                    self.counters.impair_corrupted += 1;
-                }
-                self.tx_queue.push_back((depart, frame));
-            }
-        }
-        Some(depart)
-    }
-
-    /// The earliest a paced frame may start: an idle wire earns credit for
-    /// at most `pace_burst` of its idle time.
-    fn pace_floor(&self) -> Instant {
-        self.now
-            .checked_sub(self.cfg.pace_burst)
-            .unwrap_or(self.now)
-    }
-
     /// A frame arrived from the link partner.
     pub fn wire_frame(&mut self, now: Instant, frame: Vec<u8>) {
         self.tick(now);
-        let d = self.impair.delay(false);
-        if d.is_zero() && self.rx_delay.is_empty() {
-            self.arrive(frame);
-            self.poll(self.now);
-            return;
-        }
-        if self.rx_delay.len() >= DELAY_FRAMES {
-            self.counters.delay_overflow += 1;
-            return;
-        }
-        let due = self
-            .rx_delay
-            .back()
-            .map_or(self.now + d, |(t, _)| (*t).max(self.now + d));
-        self.rx_delay.push_back((due, frame));
-        self.poll(self.now);
-    }
-
-    /// A frame reaches the PHY after its time on the wire.
-    fn arrive(&mut self, mut frame: Vec<u8>) {
-        self.capture(&frame);
-        if !self.phy.link_up() || self.phy.loopback() {
-            self.counters.rx_dropped_no_link += 1;
-            return;
-        }
-        if frame.len() < 14 || frame.len() > MAX_FRAME {
-            self.counters.rx_length_errors += 1;
-            return;
-        }
-        match self.impair.apply(false, &mut frame) {
-            Fate::Dropped => {
-                self.counters.impair_dropped += 1;
-                return;
-            }
-            Fate::Corrupted => self.counters.impair_corrupted += 1,
-            Fate::Pass => {}
-        }
-        self.receive(frame);
-    }
-
-    fn receive(&mut self, frame: Vec<u8>) {
-        if !self.mac.rx_enabled() {
-            self.counters.rx_dropped_gated += 1;
-            return;
-        }
-        if !self.mac.accepts(&frame) {
-            self.counters.rx_filtered += 1;
-            return;
-        }
-        if !self.rx_room() {
-            self.counters.rx_overflow += 1;
-            return;
-        }
-        let ready = if self.cfg.paced {
-            let start = self.rx_clock.max(self.pace_floor());
-            self.rx_clock = start + framing::wire_time(frame.len(), self.mac.line_rate());
-            self.rx_clock
-        } else {
-            self.now
-        };
-        self.rx_queue.push_back((ready, frame));
-    }
-
-    fn capture(&mut self, frame: &[u8]) {
-        if let Some(p) = &mut self.pcap {
-            if let Err(e) = p.write(frame) {
-                log_w!("pcap: {}: {e}; capture stopped", p.path().display());
-                self.pcap = None;
-            }
-        }
-    }
-
-    /// A frame leaves the MAC at `t`; with latency it reaches the wire later.
-    fn depart(&mut self, t: Instant, f: Vec<u8>) {
-        let d = self.impair.delay(true);
-        if d.is_zero() && self.tx_delay.is_empty() {
-            self.capture(&f);
-            self.wire_out.push(f);
-        } else if self.tx_delay.len() >= DELAY_FRAMES {
-            self.counters.delay_overflow += 1;
-        } else {
-            let due = self.tx_delay.back().map_or(t + d, |(b, _)| (*b).max(t + d));
-            self.tx_delay.push_back((due, f));
-        }
+        self.nic.wire_frame(frame, &mut self.stats);
+        self.poll(self.nic.now());
     }
 
     /// Run timers: frames leaving, OUT completions, bulk IN completions,
     /// link-change interrupts. Returns when it next has something to do.
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
         self.tick(now);
-        let now = self.now;
+        let now = self.nic.now();
         if self.int_receiving && self.announced {
-            let link = self.phy.link_up();
+            let link = self.nic.phy.link_up();
             if self.reported_link != Some(link) {
                 self.reported_link = Some(link);
                 let data = vec![0xa1, 0x00, u8::from(link), 0, 0, 0, 0, 0];
@@ -900,33 +764,17 @@ impl Device {
                 };
                 let id = self.int_id;
                 self.int_id += 1;
-                self.counters.interrupt_packets += 1;
+                self.stats.counters.interrupt_packets += 1;
                 self.send(id, Message::InterruptPacket(p));
             }
         }
         loop {
-            while self.tx_queue.front().is_some_and(|(t, _)| *t <= now) {
-                if let Some((t, f)) = self.tx_queue.pop_front() {
-                    self.counters.tx_frames += 1;
-                    self.counters.tx_bytes += f.len() as u64;
-                    self.depart(t, f);
-                }
-            }
+            self.nic.send_due(&mut self.stats);
             if !self.admit_outs() {
                 break;
             }
         }
-        while self.rx_delay.front().is_some_and(|(t, _)| *t <= now) {
-            if let Some((_, f)) = self.rx_delay.pop_front() {
-                self.arrive(f);
-            }
-        }
-        while self.tx_delay.front().is_some_and(|(t, _)| *t <= now) {
-            if let Some((_, f)) = self.tx_delay.pop_front() {
-                self.capture(&f);
-                self.wire_out.push(f);
-            }
-        }
+        self.nic.wire_due(&mut self.stats);
         if self.replug_at.is_some_and(|t| t <= now) {
             self.plug(now);
         }
@@ -942,85 +790,40 @@ impl Device {
             };
             self.send(id, Message::BulkPacket(m));
         }
-        self.fill_bulk_in(now);
-        let mut next = self.phy.next_event();
+        self.fill_bulk_in();
+        let mut next = self.nic.next_event(!self.bulk_in.is_empty());
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        if let Some((t, _)) = self.tx_queue.front() {
-            consider(*t);
-        }
-        if let Some((t, _)) = self.tx_delay.front() {
-            consider(*t);
-        }
-        if let Some((t, _)) = self.rx_delay.front() {
-            consider(*t);
-        }
         if let Some(t) = self.replug_at {
             consider(t);
         }
         if let Some((_, (_, t))) = self.out_done.front() {
             consider(*t);
         }
-        if !self.bulk_in.is_empty() {
-            if let Some((t, _)) = self.rx_queue.front() {
-                consider(*t);
-            }
-        }
         next
     }
 
-    fn fill_bulk_in(&mut self, now: Instant) {
-        // The RX gate (RX_CTL.SO, MEDIUM.RE) applies at delivery too:
-        // frames queued before the guest closed it never reach it.
-        if !self.mac.rx_enabled() && !self.rx_queue.is_empty() {
-            self.counters.rx_dropped_gated += self.rx_queue.len() as u64;
-            self.rx_queue.clear();
-            return;
-        }
+    /// Answer bulk IN requests, oldest first, while frames are ready.
+    fn fill_bulk_in(&mut self) {
         while let Some((id, &len)) = self.bulk_in.front() {
-            if !self.rx_queue.front().is_some_and(|(t, _)| *t <= now) {
+            let Some(rx) = self.nic.take_rx(len, &mut self.stats) else {
                 break;
-            }
-            let cap = (len as usize).min(MAX_RX_TRANSFER);
-            let mut buf = Vec::with_capacity(cap);
-            while let Some((t, f)) = self.rx_queue.front() {
-                if *t > now {
-                    break;
-                }
-                let rl = framing::rx_record_len(f.len());
-                if buf.len() + rl > cap {
-                    break;
-                }
-                if let Some((_, f)) = self.rx_queue.pop_front() {
-                    framing::push_rx_record(&mut buf, &f);
-                    self.counters.rx_frames += 1;
-                    self.counters.rx_bytes += f.len() as u64;
-                }
-            }
+            };
             self.bulk_in.pop_front();
-            if buf.is_empty() {
-                // The request cannot hold the next record: the chip's
-                // packet overflows it (babble), and that frame is gone.
-                if let Some((_, f)) = self.rx_queue.pop_front() {
-                    log_w!(
-                        "rx: {}-byte frame does not fit a {len}-byte request; request babbles, frame dropped",
-                        f.len()
-                    );
+            let m = match rx {
+                RxData::Records(data) => {
+                    self.stats.counters.bulk_in_transfers += 1;
+                    BulkPacket {
+                        endpoint: EP_BULK_IN,
+                        length: data.len() as u32,
+                        data,
+                        ..Default::default()
+                    }
                 }
-                self.counters.rx_too_big_for_request += 1;
-                let m = BulkPacket {
+                RxData::Babble => BulkPacket {
                     endpoint: EP_BULK_IN,
                     status: Status::BABBLE,
                     ..Default::default()
-                };
-                self.send(id, Message::BulkPacket(m));
-                continue;
-            }
-            self.counters.bulk_in_transfers += 1;
-            let m = BulkPacket {
-                endpoint: EP_BULK_IN,
-                length: buf.len() as u32,
-                data: buf,
-                ..Default::default()
+                },
             };
             self.send(id, Message::BulkPacket(m));
         }
@@ -1029,11 +832,11 @@ impl Device {
     // Controls used by the control socket.
 
     pub fn set_impair(&mut self, cfg: ImpairConfig) {
-        self.impair = Impair::new(cfg);
+        self.nic.set_impair(cfg);
     }
 
     pub fn impair_config(&self) -> &ImpairConfig {
-        self.impair.config()
+        self.nic.impair_config()
     }
 
     pub fn mdio_faults(&self) -> &MdioFaults {
@@ -1046,7 +849,7 @@ impl Device {
 
     pub fn pcap_start(&mut self, path: &Path) -> std::io::Result<()> {
         self.pcap_stop()?;
-        self.pcap = Some(Pcap::create(path)?);
+        self.stats.pcap = Some(Pcap::create(path)?);
         Ok(())
     }
 
@@ -1054,37 +857,43 @@ impl Device {
     /// inside the capture directory).
     pub fn pcap_start_file(&mut self, file: std::fs::File, path: &Path) -> std::io::Result<()> {
         self.pcap_stop()?;
-        self.pcap = Some(Pcap::new(file, path)?);
+        self.stats.pcap = Some(Pcap::new(file, path)?);
         Ok(())
     }
 
     /// Stop capturing; returns the number of frames written.
     pub fn pcap_stop(&mut self) -> std::io::Result<u64> {
-        match self.pcap.take() {
+        match self.stats.pcap.take() {
             Some(p) => p.finish(),
             None => Ok(0),
         }
     }
 
     pub fn pcap_path(&self) -> Option<&Path> {
-        self.pcap.as_ref().map(|p| p.path())
+        self.stats.pcap.as_ref().map(|p| p.path())
     }
 
     pub fn set_partner(&mut self, now: Instant, p: Partner) {
         self.tick(now);
         self.cfg.partner = p.clone();
-        self.phy.set_partner(p);
+        self.nic.phy.set_partner(p);
     }
 
     pub fn set_quirks(&mut self, now: Instant, q: Quirks) {
         self.tick(now);
         self.cfg.quirks = q;
-        self.phy.set_quirks(q);
+        self.nic.phy.set_quirks(q);
+    }
+
+    /// Depth of the pacer's token bucket (see [`DeviceConfig::pace_burst`]).
+    pub fn set_pace_burst(&mut self, d: Duration) {
+        self.cfg.pace_burst = d;
+        self.nic.set_pace_burst(d);
     }
 
     pub fn set_autoneg_delay(&mut self, d: Duration) {
         self.cfg.autoneg = d;
-        self.phy.set_autoneg_delay(d);
+        self.nic.phy.set_autoneg_delay(d);
     }
 }
 

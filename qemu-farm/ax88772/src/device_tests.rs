@@ -1,4 +1,6 @@
 use super::*;
+use crate::framing;
+use crate::impair::ImpairConfig;
 use crate::mac::cmd;
 use usbredir::Hello;
 
@@ -189,7 +191,7 @@ fn paced_bulk_out_completes_when_the_frame_left() {
 /// that sat idle for `idle`, with a pacing burst of `burst`.
 fn caught_up(burst: Duration, idle: Duration, n: u64, rx: bool) -> usize {
     let mut t = T::up(true);
-    t.d.cfg.pace_burst = burst;
+    t.d.set_pace_burst(burst);
     t.t += idle;
     let mut done = 0;
     for id in 0..n {
@@ -224,7 +226,7 @@ fn paced_wire_catches_up_idle_time_up_to_the_burst() {
     // The 9th frame leaves 9 wire times after the credit began; the rate
     // over any longer window stays the line rate.
     let mut t = T::up(true);
-    t.d.cfg.pace_burst = ms;
+    t.d.set_pace_burst(ms);
     t.t += 10 * ms;
     let f = frame([0xff; 6], 1514);
     for id in 0..9 {

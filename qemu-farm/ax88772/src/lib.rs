@@ -14,6 +14,7 @@ pub mod link;
 pub mod log;
 pub mod mac;
 pub mod net;
+pub mod nic;
 pub mod pcap;
 pub mod pending;
 pub mod phy;
