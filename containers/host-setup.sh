@@ -39,6 +39,16 @@ else
   echo "I: Debian packages already installed" >&2
 fi
 
+# The user QEMU drops to (-runas) when phyfarm runs as root: the guest runs
+# an untrusted kernel, so the QEMU process that runs it owns nothing.
+if [ "$(id -u)" -eq 0 ] && ! id phyfarm-qemu >/dev/null 2>&1; then
+  echo "I: creating the system user phyfarm-qemu (QEMU drops to it)" >&2
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin phyfarm-qemu
+fi
+if [ "$(id -u)" -eq 0 ] && getent group kvm >/dev/null; then
+  id -nG phyfarm-qemu | grep -qw kvm || usermod -aG kvm phyfarm-qemu
+fi
+
 # Python tools for the test harness, in a venv under the cache directory so the
 # system Python stays untouched.
 cache=${PHYFARM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/phyfarm}

@@ -3,13 +3,23 @@
 # (podman with runc, QEMU, the test venv: containers/host-setup.sh), the
 # tools the workflows call (jq, gh, cargo), an acceleration and podman check
 # with `phyfarm doctor`, and the GitHub Actions runner registered with the
-# labels self-hosted,linux,x64,phyfarm. Safe to run again: what is done is
-# skipped. Run as root on a disposable VM (see README.md beside this file).
+# labels self-hosted,linux,x64,phyfarm (pull-request jobs) or, with
+# --trusted, phyfarm-trusted (verdicts, Pages, recording results: a separate
+# runner group that runs no pull-request job). Safe to run again: what is
+# done is skipped. Run as root on a disposable VM (see README.md beside this
+# file); the runner itself runs as the unprivileged user phyfarm-runner.
+#
+# As GitHub's hardening guide asks, a runner is ephemeral by default: it
+# takes one job and deregisters, and whatever provisions the VM destroys it
+# afterwards. --persistent registers a long-lived runner and installs a
+# service; it is refused when the repository is public (checked through
+# the GitHub API, unauthenticated).
 #
 # Usage:
 #   setup-runner.sh --url https://github.com/OWNER/REPO \
 #       --runner-tarball actions-runner-linux-x64-X.Y.Z.tar.gz --runner-sha256 HEX \
-#       [--token-file FILE] [--name NAME] [--dir DIR] [--ephemeral] [--no-service]
+#       [--token-file FILE] [--name NAME] [--dir DIR] [--trusted] \
+#       [--persistent [--no-service]]
 #   setup-runner.sh --check-only        prerequisites and `phyfarm doctor` only
 #
 # The registration token is read from --token-file, else from the
@@ -24,8 +34,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 url="" token_file="" name="$(hostname)-phyfarm" dir="/opt/actions-runner"
-tarball="" sha256="" ephemeral=0 service=1 check_only=0
+tarball="" sha256="" ephemeral=1 service=1 check_only=0
 labels="phyfarm" # config.sh adds self-hosted, Linux and X64 itself
+runner_user="phyfarm-runner"
 
 die() { echo "E: $*" >&2; exit 2; }
 info() { echo "I: $*" >&2; }
@@ -39,6 +50,8 @@ while [ $# -gt 0 ]; do
     --runner-tarball) tarball=${2:?}; shift 2 ;;
     --runner-sha256) sha256=${2:?}; shift 2 ;;
     --ephemeral) ephemeral=1; shift ;;
+    --persistent) ephemeral=0; shift ;;
+    --trusted) labels="phyfarm-trusted"; shift ;;
     --no-service) service=0; shift ;;
     --check-only) check_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -46,7 +59,20 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-[ "$(id -u)" -eq 0 ] || die "run as root: phyfarm drives rootful podman and QEMU"
+[ "$(id -u)" -eq 0 ] || die "run as root: it installs packages and creates the runner's user"
+
+# 0. Policy first, before anything is installed: a persistent runner keeps
+# whatever one job leaves for the next, so a public repository (where
+# anyone can open a pull request) gets ephemeral runners only.
+if [ "$ephemeral" -eq 0 ] && [ "$check_only" -eq 0 ]; then
+  [[ $url =~ ^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$ ]] ||
+    die "--persistent needs --url https://github.com/OWNER/REPO (a repository, to check it is private)"
+  meta=$(curl -fsS --max-time 20 "https://api.github.com/repos/${BASH_REMATCH[1]}/${BASH_REMATCH[2]}" 2>/dev/null) ||
+    die "--persistent: cannot tell whether ${BASH_REMATCH[1]}/${BASH_REMATCH[2]} is public (the API answered nothing, or 404 for a private repository without a token); use an ephemeral runner"
+  private=$(jq -r '.private' <<<"$meta" 2>/dev/null || echo unknown)
+  [ "$private" = "true" ] ||
+    die "persistent runners are refused for public repositories (${BASH_REMATCH[1]}/${BASH_REMATCH[2]} is public): register an ephemeral runner (the default)"
+fi
 
 # 1. Host prerequisites: podman, runc, mmdebstrap, QEMU, the Python venv.
 bash "$top/containers/host-setup.sh"
@@ -88,7 +114,22 @@ else
   info "runner already installed in $dir"
 fi
 
-# 5. Registration, once.
+# 5. The runner's own user: not root, in the kvm group for /dev/kvm, with
+# no sudo. phyfarm runs rootless podman as this user (container root is this
+# user on the host) and QEMU as this user.
+if ! id "$runner_user" >/dev/null 2>&1; then
+  useradd --system --create-home --home-dir "/home/$runner_user" --shell /bin/bash "$runner_user"
+  info "created user $runner_user"
+fi
+getent group kvm >/dev/null && usermod -aG kvm "$runner_user"
+grep -q "^$runner_user:" /etc/subuid || usermod --add-subuids 1000000-1065535 "$runner_user"
+grep -q "^$runner_user:" /etc/subgid || usermod --add-subgids 1000000-1065535 "$runner_user"
+chown -R "$runner_user:" "$dir"
+# The runner user's own venv and podman storage (packages are in place now).
+runuser -u "$runner_user" -- env HOME="/home/$runner_user" bash "$top/containers/host-setup.sh" ||
+  die "host-setup.sh as $runner_user failed"
+
+# 6. Registration, once, as the runner's user.
 if [ -f "$dir/.runner" ]; then
   info "runner already registered ($dir/.runner); to re-register: ./config.sh remove first"
 else
@@ -104,18 +145,19 @@ else
   args=(--unattended --url "$url" --name "$name" --labels "$labels" --work _work --replace)
   [ "$ephemeral" -eq 1 ] && args+=(--ephemeral)
   info "registering runner $name at $url with labels self-hosted,linux,x64,$labels"
-  (cd "$dir" && ACTIONS_RUNNER_INPUT_TOKEN="$token" RUNNER_ALLOW_RUNASROOT=1 ./config.sh "${args[@]}") ||
+  (cd "$dir" && ACTIONS_RUNNER_INPUT_TOKEN="$token" runuser -u "$runner_user" -- ./config.sh "${args[@]}") ||
     die "runner registration failed (an expired token? they last one hour)"
   token=""
 fi
 
-# 6. Run it: a service for a long-lived runner; an ephemeral runner is
-# started by whatever provisions the VM (./run.sh, one job, then the VM goes).
+# 7. Run it: an ephemeral runner is started by whatever provisions the VM
+# (./run.sh as the runner's user, one job, then the VM goes); a persistent
+# one (private repositories only) gets a service running as that user.
 if [ "$ephemeral" -eq 1 ] || [ "$service" -eq 0 ]; then
-  info "not installing a service: start it with (cd $dir && RUNNER_ALLOW_RUNASROOT=1 ./run.sh)"
+  info "not installing a service: start it with (cd $dir && runuser -u $runner_user -- ./run.sh)"
 elif [ -f "$dir/.service" ]; then
   info "runner service already installed ($(cat "$dir/.service"))"
 else
-  (cd "$dir" && ./svc.sh install root && ./svc.sh start) || die "cannot install the runner service"
+  (cd "$dir" && ./svc.sh install "$runner_user" && ./svc.sh start) || die "cannot install the runner service"
 fi
 info "runner host ready: $name"

@@ -121,6 +121,9 @@ impl Limits {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sandbox {
     pub limits: Limits,
+    /// phyfarm is not root: podman is rootless, so container root is the
+    /// invoking (unprivileged) user already and no uid map is needed.
+    pub rootless: bool,
     pub userns: bool,
     pub memory: bool,
     pub pids: bool,
@@ -134,6 +137,7 @@ impl Sandbox {
     pub fn declared(limits: Limits) -> Sandbox {
         Sandbox {
             limits,
+            rootless: false,
             userns: true,
             memory: true,
             pids: true,
@@ -152,7 +156,7 @@ impl Sandbox {
             format!("--tmpfs=/tmp:rw,nosuid,nodev,size={},mode=1777", l.tmp),
             "--env=HOME=/tmp".into(),
         ];
-        if self.userns {
+        if self.userns && !self.rootless {
             v.push(format!("--uidmap=0:{UID_BASE}:{UID_COUNT}"));
             v.push(format!("--gidmap=0:{UID_BASE}:{UID_COUNT}"));
         }
@@ -175,7 +179,11 @@ impl Sandbox {
         let on = |b: bool, s: String| if b { s } else { format!("no {s}") };
         let mut s = format!(
             "sandbox: {}, cap-drop=all, no-new-privileges, read-only root, network none, {}, {}, {}, timeout {}s, disk {} MB",
-            on(self.userns, format!("user namespace (root = host uid {UID_BASE})")),
+            if self.rootless {
+                "rootless podman (container root = the invoking user)".to_string()
+            } else {
+                on(self.userns, format!("user namespace (root = host uid {UID_BASE})"))
+            },
             on(self.memory, format!("memory {}", l.memory)),
             on(self.pids, format!("pids {}", l.pids)),
             on(self.cpus, format!("cpus {}", l.cpus)),
@@ -217,12 +225,14 @@ fn try_run(env: &[(String, String)], image: &str, opts: &[String]) -> Result<(),
 
 fn probe(env: &[(String, String)], image: &str, limits: Limits) -> Sandbox {
     let mut s = Sandbox::declared(limits);
+    // SAFETY: geteuid has no preconditions.
+    s.rootless = unsafe { libc::geteuid() } != 0;
     if try_run(env, image, &s.podman_args()).is_ok() {
         return s;
     }
     // Something is not supported: find out what, one feature at a time.
     let base = Sandbox {
-        userns: false,
+        userns: s.rootless,
         memory: false,
         pids: false,
         cpus: false,
@@ -242,7 +252,9 @@ fn probe(env: &[(String, String)], image: &str, limits: Limits) -> Sandbox {
         f(&mut one);
         try_run(env, image, &one.podman_args())
     };
-    if let Err(e) = check(&|x| x.userns = true) {
+    if s.rootless {
+        // Nothing to probe: rootless podman is its own user namespace.
+    } else if let Err(e) = check(&|x| x.userns = true) {
         s.userns = false;
         s.degraded.push(format!(
             "no user namespace (builds run as container root, all capabilities dropped): {e}"
@@ -330,6 +342,10 @@ mod tests {
     #[test]
     fn a_degraded_sandbox_says_so() {
         let mut s = Sandbox::declared(limits());
+        s.rootless = true;
+        assert!(!s.podman_args().join(" ").contains("--uidmap"));
+        assert!(s.describe().contains("rootless podman"));
+        s.rootless = false;
         s.memory = false;
         s.degraded
             .push("no memory limit (cgroup memory controller): x".into());

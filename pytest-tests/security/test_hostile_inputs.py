@@ -370,3 +370,35 @@ def test_qemu_drops_root_and_keeps_its_seccomp_filter():
     finally:
         p.kill()
         p.wait()
+
+
+# -- the dashboard's static export ---------------------------------------------
+
+
+def test_the_static_dashboard_export_carries_a_content_security_policy(phyfarm, tmp_path):
+    store = tmp_path / "results.sqlite"
+    v8 = json.loads((FIXTURES / "v8.json").read_text())
+    v8["revision"]["patches"][0]["subject"] = '<script>alert(1)</script><img src=x onerror="x()">'
+    hostile = tmp_path / "v8.json"
+    hostile.write_text(json.dumps(v8))
+    for f in (FIXTURES / "base.json", hostile):
+        r = phyfarm("--store", str(store), "store", "import", str(f))
+        assert r.code == 0, r.describe()
+    site = tmp_path / "site"
+    r = phyfarm(
+        "--store", str(store), "dashboard", "export", str(site), "--now", "2026-06-16T00:00:00Z"
+    )  # fmt: skip
+    assert r.code == 0, r.describe()
+    pages = sorted(site.rglob("*.html"))
+    assert pages
+    for p in pages:
+        html = p.read_text()
+        head = html[: html.index("</head>")]
+        m = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)"', head)
+        assert m, f"{p}: no CSP"
+        csp = m.group(1).replace("&#39;", "'")
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp, csp
+        assert "unsafe-inline" not in csp, csp
+        # The policy comes before anything it governs.
+        assert head.index("Content-Security-Policy") < head.index("<link"), p
+        assert "<script>alert(1)" not in html
