@@ -79,4 +79,14 @@ dashboard: phyfarm
 
 bench: setup
 	bash bench/emu-bulk.sh
+	bash bench/emu-latency.sh
 	bash bench/guest-throughput.sh
+
+# Mutation testing of the emulator crates (cargo install cargo-mutants
+# --locked). Slow, so never part of `make test`; MUTANTS_ARGS narrows it,
+# e.g. MUTANTS_ARGS="--file qemu-farm/ax88772/src/pending.rs". Results in
+# target/mutants/mutants.out/ (caught.txt, missed.txt, timeout.txt,
+# unviable.txt).
+.PHONY: mutants
+mutants:
+	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) mutants -p usbredir -p ax88772 -j 1 --timeout 120 --output target/mutants $(MUTANTS_ARGS)

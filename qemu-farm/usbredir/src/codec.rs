@@ -225,6 +225,12 @@ impl Codec {
         self.buf.len() - self.pos
     }
 
+    /// Bytes held in memory: undecoded ones and decoded ones not yet
+    /// reclaimed (input is compacted as it streams through).
+    pub fn held(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Append received bytes.
     pub fn feed(&mut self, data: &[u8]) {
         if self.poisoned {
