@@ -864,7 +864,16 @@ impl Device {
     /// Stop capturing; returns the number of frames written.
     pub fn pcap_stop(&mut self) -> std::io::Result<u64> {
         match self.stats.pcap.take() {
-            Some(p) => p.finish(),
+            Some(p) => {
+                if p.dropped > 0 {
+                    log_w!(
+                        "pcap: {}: {} frames dropped (the writer fell behind)",
+                        p.path().display(),
+                        p.dropped
+                    );
+                }
+                p.finish()
+            }
             None => Ok(0),
         }
     }

@@ -1,14 +1,53 @@
 //! Classic pcap capture of the wire (LINKTYPE_ETHERNET).
+//!
+//! Records are stamped on the event loop and written by a thread of their
+//! own through a bounded queue, so a slow or stuck file (a full disk, a
+//! FIFO nobody reads) never blocks the device: records that find the
+//! queue full are counted as dropped instead.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Records waiting for the writer thread.
+pub const QUEUE: usize = 4096;
+/// How long stopping a capture waits for the writer to finish.
+const FINISH_WAIT: Duration = Duration::from_secs(2);
 
 pub struct Pcap {
     path: PathBuf,
-    out: BufWriter<File>,
+    tx: Option<SyncSender<Vec<u8>>>,
+    done: Receiver<io::Result<u64>>,
+    /// Records handed to the writer.
     pub frames: u64,
+    /// Records dropped because the writer fell behind.
+    pub dropped: u64,
+}
+
+fn header() -> Vec<u8> {
+    let mut h = Vec::with_capacity(24);
+    h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    h.extend_from_slice(&2u16.to_le_bytes());
+    h.extend_from_slice(&4u16.to_le_bytes());
+    h.extend_from_slice(&0i32.to_le_bytes());
+    h.extend_from_slice(&0u32.to_le_bytes());
+    h.extend_from_slice(&65535u32.to_le_bytes());
+    h.extend_from_slice(&1u32.to_le_bytes());
+    h
+}
+
+fn writer(file: File, rx: Receiver<Vec<u8>>) -> io::Result<u64> {
+    let mut out = BufWriter::new(file);
+    out.write_all(&header())?;
+    let mut n = 0;
+    while let Ok(rec) = rx.recv() {
+        out.write_all(&rec)?;
+        n += 1;
+    }
+    out.flush()?;
+    Ok(n)
 }
 
 impl Pcap {
@@ -18,20 +57,19 @@ impl Pcap {
 
     /// Write a capture to an already opened file (`path` names it).
     pub fn new(file: File, path: &Path) -> io::Result<Pcap> {
-        let mut out = BufWriter::new(file);
-        let mut h = Vec::with_capacity(24);
-        h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        h.extend_from_slice(&2u16.to_le_bytes());
-        h.extend_from_slice(&4u16.to_le_bytes());
-        h.extend_from_slice(&0i32.to_le_bytes());
-        h.extend_from_slice(&0u32.to_le_bytes());
-        h.extend_from_slice(&65535u32.to_le_bytes());
-        h.extend_from_slice(&1u32.to_le_bytes());
-        out.write_all(&h)?;
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("pcap".into())
+            .spawn(move || {
+                let _ = done_tx.send(writer(file, rx));
+            })?;
         Ok(Pcap {
             path: path.to_path_buf(),
-            out,
+            tx: Some(tx),
+            done,
             frames: 0,
+            dropped: 0,
         })
     }
 
@@ -39,24 +77,48 @@ impl Pcap {
         &self.path
     }
 
+    /// Queue one frame. Never blocks; an error means the writer stopped
+    /// (the file could not be written).
     pub fn write(&mut self, frame: &[u8]) -> io::Result<()> {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let mut h = [0u8; 16];
-        h[0..4].copy_from_slice(&(t.as_secs() as u32).to_le_bytes());
-        h[4..8].copy_from_slice(&t.subsec_micros().to_le_bytes());
-        h[8..12].copy_from_slice(&(frame.len() as u32).to_le_bytes());
-        h[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
-        self.out.write_all(&h)?;
-        self.out.write_all(frame)?;
-        self.frames += 1;
-        Ok(())
+        let mut rec = Vec::with_capacity(16 + frame.len());
+        rec.extend_from_slice(&(t.as_secs() as u32).to_le_bytes());
+        rec.extend_from_slice(&t.subsec_micros().to_le_bytes());
+        rec.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        rec.extend_from_slice(frame);
+        let Some(tx) = &self.tx else {
+            return Err(io::Error::other("capture finished"));
+        };
+        match tx.try_send(rec) {
+            Ok(()) => {
+                self.frames += 1;
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => {
+                self.dropped += 1;
+                Ok(())
+            }
+            Err(TrySendError::Disconnected(_)) => Err(match self.done.try_recv() {
+                Ok(Err(e)) => e,
+                _ => io::Error::other("the capture writer stopped"),
+            }),
+        }
     }
 
+    /// Stop; returns the number of records written. Waits at most two
+    /// seconds for the writer (a stuck file is left to it).
     pub fn finish(mut self) -> io::Result<u64> {
-        self.out.flush()?;
-        Ok(self.frames)
+        self.tx = None;
+        match self.done.recv_timeout(FINISH_WAIT) {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{}: the capture writer is stuck", self.path.display()),
+            )),
+        }
     }
 }
 
@@ -64,10 +126,16 @@ impl Pcap {
 mod tests {
     use super::*;
 
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ax-pcap-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
     #[test]
     fn writes_header_and_records() {
-        let dir = std::env::temp_dir().join(format!("ax-pcap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir("ok");
         let path = dir.join("t.pcap");
         let mut p = Pcap::create(&path).unwrap();
         p.write(&[1, 2, 3]).unwrap();
@@ -76,7 +144,32 @@ mod tests {
         assert_eq!(b.len(), 24 + 16 + 3);
         assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
         assert_eq!(&b[20..24], &[1, 0, 0, 0]);
+        assert_eq!(&b[32..36], &[3, 0, 0, 0]);
         assert_eq!(&b[40..], &[1, 2, 3]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_nobody_drains_never_blocks_the_caller() {
+        let dir = dir("fifo");
+        let fifo = dir.join("f");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: c is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Read-write, so opening does not wait for a reader; nobody reads.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        let mut p = Pcap::new(f, &fifo).unwrap();
+        for _ in 0..3 * QUEUE {
+            p.write(&[0u8; 1514]).unwrap();
+        }
+        assert!(p.dropped > 0, "the queue filled and records were counted");
+        assert_eq!(p.frames + p.dropped, 3 * QUEUE as u64);
+        let e = p.finish().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
