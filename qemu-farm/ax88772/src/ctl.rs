@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::device::Device;
 use crate::faults::{MdioOp, MdioRule};
 use crate::impair::{Direction, ImpairConfig};
+use crate::log_w;
 use crate::phy::{Cable, CableState, LinkMode};
 
 /// Longest accepted request line.
@@ -213,7 +214,11 @@ fn ok(mut v: Value) -> Value {
 pub fn handle_line(dev: &mut Device, now: Instant, line: &str, env: &CtlEnv) -> String {
     let v = match serde_json::from_str::<Request>(line.trim()) {
         Ok(r) => handle(dev, now, r, env),
-        Err(e) => err(format!("bad request: {e}")),
+        Err(e) => {
+            let shown: String = line.chars().take(80).collect();
+            log_w!("ctl: bad request refused ({e}): {shown:?}");
+            err(format!("bad request: {e}"))
+        }
     };
     v.to_string()
 }
