@@ -117,18 +117,36 @@ def confinement_args(user: str | None, version: tuple[int, int]) -> list[str]:
     return v
 
 
-def share_with_qemu(sockdir: Path, user: pwd.struct_passwd) -> None:
-    """Let QEMU, once it has dropped root, reach the emulator's sockets in
-    `sockdir` (connect and sendto need write permission on a socket): the
-    folder and each socket get QEMU's group, nothing else changes."""
+def share_with_qemu(sockdir: Path, user: pwd.struct_passwd, sockets: list[Path]) -> None:
+    """Let QEMU, once it has dropped root, reach the sockets it connects or
+    sends to after the drop (connect and sendto need write permission on a
+    socket): `sockdir` and those sockets get QEMU's group, nothing else (the
+    emulator's control socket stays root's)."""
     gid = user.pw_gid
     os.chown(sockdir, -1, gid)
     os.chmod(sockdir, (os.stat(sockdir).st_mode & 0o7777) | stat.S_IXGRP)
-    for p in sockdir.iterdir():
-        st = os.lstat(p)
+    for p in sockets:
+        if p.parent != sockdir:
+            continue
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
         if stat.S_ISSOCK(st.st_mode):
             os.chown(p, -1, gid, follow_symlinks=False)
             os.chmod(p, (st.st_mode & 0o7777) | stat.S_IRGRP | stat.S_IWGRP)
+
+
+def peer_sockets(cfg: GuestConfig) -> list[Path]:
+    """The unix sockets QEMU connects or sends to: usbredir and the remote
+    ends of its dgram netdevs."""
+    out: list[Path] = []
+    if cfg.usb is not None and cfg.usb[0] == "unix":
+        out.append(Path(cfg.usb[1]))
+    for pair in (cfg.wire, cfg.usb_net):
+        if pair is not None:
+            out.append(Path(pair[1]))
+    return out
 
 
 def group_name(gid: int) -> str:
@@ -266,7 +284,7 @@ class Guest:
         (self.logdir / "qemu.cmd").write_text(" ".join(self.argv) + "\n")
         user = qemu_user()
         if user is not None:
-            share_with_qemu(self.agent_sock.parent, user)
+            share_with_qemu(self.agent_sock.parent, user, peer_sockets(self.cfg))
         self.started = time.monotonic()
         self.proc = Proc("qemu", self.argv, self.logdir / "qemu.log")
         self.agent = Agent(self.agent_sock, self.dead)

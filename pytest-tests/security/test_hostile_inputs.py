@@ -402,3 +402,35 @@ def test_the_static_dashboard_export_carries_a_content_security_policy(phyfarm, 
         # The policy comes before anything it governs.
         assert head.index("Content-Security-Policy") < head.index("<link"), p
         assert "<script>alert(1)" not in html
+
+
+def test_qemu_gets_its_peer_sockets_and_not_the_control_socket(tmp_path):
+    import pwd
+
+    from phyfarm_farm import guest
+
+    if os.geteuid() != 0:
+        pytest.skip("handing sockets to another group needs root")
+    sockdir = tmp_path / "socks"
+    sockdir.mkdir(mode=0o700)
+    socks = []
+    for name in ("usb.sock", "emu.sock", "ctl.sock"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(sockdir / name))
+        socks.append(s)
+    user = pwd.getpwnam("nobody")
+    cfg = guest.GuestConfig(
+        kernel=Path("/k"),
+        initrd=Path("/i"),
+        accel="tcg",
+        usb=("unix", sockdir / "usb.sock"),
+        wire=(sockdir / "partner.sock", sockdir / "emu.sock"),
+    )
+    guest.share_with_qemu(sockdir, user, guest.peer_sockets(cfg))
+    st = {p.name: p.lstat() for p in sockdir.iterdir()}
+    assert st["usb.sock"].st_gid == user.pw_gid and st["usb.sock"].st_mode & 0o020
+    assert st["emu.sock"].st_gid == user.pw_gid and st["emu.sock"].st_mode & 0o020
+    assert st["ctl.sock"].st_gid == 0 and not st["ctl.sock"].st_mode & 0o020
+    assert sockdir.stat().st_mode & 0o777 == 0o710
+    for s in socks:
+        s.close()
