@@ -501,7 +501,7 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
     };
     write_json_atomic(&out.join("boot.json"), &record)?;
     info(&format!(
-        "boot {:?} in {:.1}s under {}",
+        "boot {} in {:.1} s under {}",
         status,
         took.as_secs_f64(),
         accel.name()

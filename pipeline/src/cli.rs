@@ -660,7 +660,14 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
         reproducer: reproducer(),
     };
     let boot = boot_options(PathBuf::new(), &a.guest, None, None, runtime);
-    let keyword = crate::contract::keyword_for(&a.checks)?;
+    // The farm runs exactly the plan: the families asked for, else every
+    // family but KUnit (which needs a KUnit kernel of the series).
+    let families = if a.checks.is_empty() {
+        crate::contract::farm_families()
+    } else {
+        a.checks.clone()
+    };
+    let keyword = crate::contract::keyword_for(&families)?;
     let farm = (!a.no_farm).then(|| crate::farm::TestOptions {
         artifacts: None,
         kernel: None,

@@ -323,8 +323,17 @@ pub fn review(store: &mut dyn Store, r: &RevisionRef, review: &Review) -> Result
     Ok(store.add_review(r, review)?)
 }
 
-/// The report in plain lines for people.
+/// The report in plain lines for people. Reasons, log lines and reviews
+/// carry untrusted text: control characters (terminal escapes) are shown as
+/// `?`, line by line.
 pub fn render_text(rep: &Report) -> String {
+    render_lines(rep)
+        .lines()
+        .map(|l| crate::progress::printable(l) + "\n")
+        .collect()
+}
+
+fn render_lines(rep: &Report) -> String {
     let mut s = String::new();
     let state = rep.state.map_or("(not yet recorded)", State::name);
     s.push_str(&format!("{}: {state}", rep.revision));

@@ -2,7 +2,7 @@
 
 Options (group "phyfarm farm"): --artifacts/--kernel, --variant, --accel,
 --device, --guest-timeout, --flaps, --results-dir, --guest-image,
---emulator, --kunit-kernel, --noise-band. Fixtures: `farm` boots one guest
+--emulator, --kunit-kernel, --list-checks. Fixtures: `farm` boots one guest
 with one emulated adapter for one test and always tears both down;
 `farm_env` holds what a worker shares (kernels, guest image, emulator,
 accelerator); `measure` records a measurement with its unit. Every farm test

@@ -321,7 +321,7 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
                     }
                 }
             }
-            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples gives p < 0.01 and the median is at least 10 % worse than the base's; a throughput regression fails its check. The band (μ ± 3σ of the base samples) is shown for reading." }
+            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples gives p < 0.01 and the median is at least 15 % worse than the base's; a throughput regression fails its check. The band (μ ± 3σ of the base samples) is shown for reading." }
         }
 
         h2 { "New warnings" }

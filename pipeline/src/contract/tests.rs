@@ -259,3 +259,27 @@ fn the_reader_accepts_and_refuses_the_same_examples_as_the_schema() {
     }
     assert!(bad >= 10, "{bad}");
 }
+
+#[test]
+fn the_default_run_selects_every_family_but_kunit() {
+    let f = farm_families();
+    assert_eq!(
+        keyword_for(&f).unwrap().unwrap(),
+        "probe or throughput or link_flap or cable_test or speed_duplex or dmesg"
+    );
+    let e = keyword_for(&["farm.link-flap".to_string()]).unwrap_err().to_string();
+    assert!(e.starts_with("--checks: \"farm.link-flap\" is not a farm check family"), "{e}");
+    let only = Plan::new(&["rust", "c"], false).only(&["farm.link_flap".to_string()]);
+    let ids: Vec<&str> = only.checks.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "farm.link_flap[plain]",
+            "farm.link_flap[reset_after_link_loss]",
+            "farm.link_flap[plain]",
+            "farm.link_flap[reset_after_link_loss]",
+            "farm.differential.link_flap[plain]",
+            "farm.differential.link_flap[reset_after_link_loss]"
+        ]
+    );
+}

@@ -108,47 +108,65 @@ fn run_checks(run: &Run) -> BTreeMap<CheckKey, (Status, Option<String>, String)>
 }
 
 /// The most telling line of a log excerpt: the first compiler error
-/// (`error:`, `error[E0004]:`), the first kernel splat, the first
+/// (`error:`, `error[E0004]:`), the first kernel splat (a Rust panic with
+/// its message, which the kernel prints on the next line), the first
 /// FAIL/ERROR/MISS reason, else the first non-empty line. Never make's
 /// closing "Error 2".
-pub fn telling_line(excerpt: &str) -> &str {
+pub fn telling_line(excerpt: &str) -> String {
     let lines: Vec<&str> = excerpt
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let is = |l: &&&str, pats: &[&str]| pats.iter().any(|p| l.contains(p));
+    let is = |l: &str, pats: &[&str]| pats.iter().any(|p| l.contains(p));
+    let not_make = |l: &str| !l.starts_with("make");
     let compiler = ["error:", "error[E"];
-    let splat = [
-        "Kernel panic",
-        "BUG:",
-        "Oops",
-        "WARNING:",
-        "panicked at",
-        "rust_panic",
-    ];
-    let reason = [
-        "FAIL",
-        "ERROR",
-        "MISS",
-        "rejected",
-        "does not apply",
-        "AssertionError",
-        "CheckFailed",
-    ];
+    let splat = ["Kernel panic", "BUG:", "Oops", "WARNING:", "panicked at", "rust_panic"];
+    let reason = ["FAIL", "ERROR", "MISS", "rejected", "does not apply", "AssertionError", "CheckFailed"];
+    if let Some(l) = lines.iter().find(|l| is(l, &compiler) && not_make(l)) {
+        return l.to_string();
+    }
+    if let Some(i) = lines.iter().position(|l| is(l, &splat)) {
+        let mut line = lines[i].to_string();
+        if line.contains("panicked at") {
+            if let Some(msg) = lines.get(i + 1) {
+                line = format!("{line} {msg}");
+            }
+        }
+        return line;
+    }
     lines
         .iter()
-        .find(|l| is(l, &compiler) && !l.starts_with("make"))
-        .or_else(|| lines.iter().find(|l| is(l, &splat)))
-        .or_else(|| {
-            lines
-                .iter()
-                .find(|l| is(l, &reason) && !l.starts_with("make"))
-        })
-        .or_else(|| lines.iter().find(|l| !l.starts_with("make")))
+        .find(|l| is(l, &reason) && not_make(l))
+        .or_else(|| lines.iter().find(|l| not_make(l)))
         .or_else(|| lines.first())
-        .copied()
-        .unwrap_or("")
+        .map(|l| l.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod telling_tests {
+    use super::telling_line;
+
+    #[test]
+    fn the_first_compiler_error_not_makes_last_line() {
+        let log = "  RUSTC L rust/kernel.o\nerror[E0308]: mismatched types\n --> drivers/net/phy/ax88796b_rust.rs:35:29\nmake[2]: *** [scripts/Makefile.build:290] Error 1\nmake: *** [Makefile:236: __sub-make] Error 2\n";
+        assert_eq!(telling_line(log), "error[E0308]: mismatched types");
+    }
+
+    #[test]
+    fn a_rust_panic_comes_with_its_message() {
+        let log = "CheckFailed: flap 1: carrier still on\n[   12.1] rust_kernel: panicked at drivers/net/phy/ax88796b_rust.rs:96:13:\n[   12.1] ax88796b_rust: selftest: link lost\n[   12.2] ------------[ cut here ]------------\n";
+        let t = telling_line(log);
+        assert!(t.contains("panicked at drivers/net/phy/ax88796b_rust.rs:96:13:") && t.ends_with("selftest: link lost"), "{t}");
+    }
+
+    #[test]
+    fn otherwise_the_first_reason_line() {
+        assert_eq!(telling_line("\n\nMISS: planned but not reported\nmore"), "MISS: planned but not reported");
+        assert_eq!(telling_line("just text\nmake: *** Error 2"), "just text");
+        assert_eq!(telling_line(""), "");
+    }
 }
 
 /// Fold the runs of one revision (oldest first) into one state per check.
@@ -253,7 +271,7 @@ pub fn compare(this: &Checks, reference: &Checks, against_base: bool) -> Vec<Fin
             .get(&rk)
             .or_else(|| this.get(&rk).filter(|_| rk != *key));
         let reference = r.map(|r| r.status);
-        let excerpt = || telling_line(&st.log_excerpt).to_string();
+        let excerpt = || telling_line(&st.log_excerpt);
         let kind = match (st.status, reference) {
             (Status::Fail, Some(Status::Fail)) => Some(FindingKind::StillFailing),
             (Status::Fail, _) => Some(FindingKind::NewFailure),
@@ -403,9 +421,10 @@ fn pool(runs: &[&Run]) -> BTreeMap<MKey, (Vec<f64>, String, bool)> {
 }
 
 /// Below this share slower than the base, a throughput difference is not
-/// called a regression: separate TCG guests on a shared 2-core host were
-/// measured up to ~8 % apart run to run with identical kernels.
-pub const REGRESSION_MIN_EFFECT: f64 = 0.10;
+/// called a regression: on a 2-core TCG host with other work running, two
+/// guests of one farm run measured 83.6 and 94.9 Mbit/s (12 % apart) with
+/// kernels whose data path is the same.
+pub const REGRESSION_MIN_EFFECT: f64 = 0.15;
 
 /// Every measurement of `this` against `base`: the band for display, and
 /// the movement from a one-sided Mann–Whitney test on the samples with a

@@ -283,7 +283,7 @@ fn noise_band_calls_regressions_only_outside_it() {
         call(&[96.0, 97.0, 101.0, 99.0, 98.5], false),
         Movement::WithinNoise
     );
-    // 5 % lower and separated: significant, but below the 10 % minimum effect.
+    // 5 % lower and separated: significant, but below the 15 % minimum effect.
     assert_eq!(
         call(&[95.0, 94.5, 95.5, 94.8, 95.2], false),
         Movement::WithinNoise
