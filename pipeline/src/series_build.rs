@@ -321,11 +321,14 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         let state = report.state;
         match state {
             ApplyState::Applied => info(&format!("{label} applied")),
-            ApplyState::AlreadyApplied => {
-                warn(&format!("{label} already applied: {}", report.message))
-            }
+            ApplyState::AlreadyApplied => warn(&format!(
+                "{label} already applied: {}",
+                printable(&report.message)
+            )),
             _ => {
-                eprintln!("E: {label} {}", report.message);
+                for line in report.message.lines() {
+                    eprintln!("E: {label} {}", printable(line));
+                }
                 for h in &report.rejected {
                     for l in h.text.lines().take(12) {
                         eprintln!("E:     {}", printable(l));
