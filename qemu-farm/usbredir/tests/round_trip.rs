@@ -193,3 +193,161 @@ fn the_input_buffer_is_reclaimed_while_packets_stream_through() {
     }
     assert_eq!(n, 2000);
 }
+
+#[test]
+fn every_type_code_has_its_protocol_name() {
+    let names = [
+        "hello",
+        "device_connect",
+        "device_disconnect",
+        "reset",
+        "interface_info",
+        "ep_info",
+        "set_configuration",
+        "get_configuration",
+        "configuration_status",
+        "set_alt_setting",
+        "get_alt_setting",
+        "alt_setting_status",
+        "start_iso_stream",
+        "stop_iso_stream",
+        "iso_stream_status",
+        "start_interrupt_receiving",
+        "stop_interrupt_receiving",
+        "interrupt_receiving_status",
+        "alloc_bulk_streams",
+        "free_bulk_streams",
+        "bulk_streams_status",
+        "cancel_data_packet",
+        "filter_reject",
+        "filter_filter",
+        "device_disconnect_ack",
+        "start_bulk_receiving",
+        "stop_bulk_receiving",
+        "bulk_receiving_status",
+    ];
+    for (code, name) in names.iter().enumerate() {
+        assert_eq!(type_name(code as u32), Some(*name), "type {code}");
+    }
+    let data = [
+        "control_packet",
+        "bulk_packet",
+        "iso_packet",
+        "interrupt_packet",
+        "buffered_bulk_packet",
+    ];
+    for (i, name) in data.iter().enumerate() {
+        assert_eq!(type_name(100 + i as u32), Some(*name));
+    }
+    assert_eq!(type_name(28), None);
+    assert_eq!(type_name(99), None);
+    assert_eq!(type_name(105), None);
+}
+
+#[test]
+fn a_bulk_length_beyond_16_bits_round_trips_with_32bit_lengths() {
+    // 0xff on both sides includes 32bits_bulk_length.
+    let mut g = Codec::new(Role::Guest, Caps(0xff));
+    let mut h = Codec::new(Role::Host, Caps(0xff));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    h.encode_hello("dev", &mut a).unwrap();
+    g.encode(
+        &Packet::new(
+            0,
+            Message::Hello(Hello {
+                version: "qemu".into(),
+                caps: Caps(0xff),
+                extra_caps: vec![],
+            }),
+        ),
+        &mut b,
+    )
+    .unwrap();
+    g.feed(&a);
+    g.next_packet().unwrap().unwrap();
+    h.feed(&b);
+    h.next_packet().unwrap().unwrap();
+    let p = Packet::new(
+        0x1_2345_6789,
+        Message::BulkPacket(BulkPacket {
+            endpoint: 0x03,
+            status: status(0),
+            length: 0x1_1170,
+            stream_id: 0,
+            data: vec![0x5a; 0x1_1170],
+        }),
+    );
+    round_trip(&mut g, &mut h, &p);
+    let ask = Packet::new(
+        7,
+        Message::BulkPacket(BulkPacket {
+            endpoint: 0x82,
+            status: status(0),
+            length: 0x2_0000,
+            stream_id: 0,
+            data: vec![],
+        }),
+    );
+    round_trip(&mut g, &mut h, &ask);
+}
+
+#[test]
+fn only_an_oversized_packet_is_fatal() {
+    assert!(Error::Oversized {
+        type_code: 101,
+        length: 1 << 30,
+        max: 1 << 22
+    }
+    .is_fatal());
+    assert!(!Error::UnknownType {
+        type_code: 77,
+        length: 0
+    }
+    .is_fatal());
+    assert!(!Error::BadLength {
+        name: "reset",
+        length: 1,
+        expected: 0
+    }
+    .is_fatal());
+}
+
+#[test]
+fn the_default_bound_is_exactly_4_mib() {
+    let hdr = |len: u32| {
+        let mut v = 101u32.to_le_bytes().to_vec();
+        v.extend(len.to_le_bytes());
+        v.extend(9u64.to_le_bytes());
+        v
+    };
+    let mut h = host_after_hello();
+    h.feed(&hdr(4 * 1024 * 1024));
+    assert!(
+        h.next_packet().is_none(),
+        "4 MiB is allowed: waits for the body"
+    );
+    assert!(!h.is_poisoned());
+    let mut h = host_after_hello();
+    h.feed(&hdr(4 * 1024 * 1024 + 1));
+    assert!(matches!(
+        h.next_packet(),
+        Some(Err(Error::Oversized { max: 0x40_0000, .. }))
+    ));
+}
+
+#[test]
+fn endpoint_indexes_caps_status_and_roles() {
+    assert_eq!(ep_index(0x00), 0);
+    assert_eq!(ep_index(0x03), 3);
+    assert_eq!(ep_index(0x81), 17);
+    assert_eq!(ep_index(0x8f), 31);
+    assert_eq!(ep_index(0x70), 0, "only the number and direction count");
+    let c = Caps(0).with(3).with(35);
+    assert_eq!(c, Caps(0b1000 | 0b1000));
+    assert!(c.has(3) && !c.has(2) && !c.has(40));
+    assert_eq!(Caps(0b0110).common(Caps(0b1100)), Caps(0b0100));
+    assert_eq!(Caps::XHCI_HOST, Caps(0x72));
+    assert!(Status::SUCCESS.is_success() && !Status::STALL.is_success());
+    assert_eq!(Role::Host.peer(), Role::Guest);
+    assert_eq!(Role::Guest.peer(), Role::Host);
+}
