@@ -128,6 +128,29 @@ pub fn check(paths: &Paths) -> Vec<Finding> {
             "install Debian's qemu-system-x86 (it has usb-redir)",
         ));
     }
+    if qemu.is_some() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let user = crate::boot::qemu_runas();
+        f.push(finding(
+            "QEMU user",
+            !root || user.is_some(),
+            match (&user, root) {
+                (Some(u), _) => format!("QEMU drops to {u} (-runas) and runs with -sandbox on"),
+                (None, false) => {
+                    "phyfarm is not root: QEMU runs unprivileged, with -sandbox on".into()
+                }
+                (None, true) => format!(
+                    "user {} missing: QEMU would run guests as root",
+                    crate::boot::QEMU_USER
+                ),
+            },
+            &format!(
+                "{SETUP} (it creates the system user {})",
+                crate::boot::QEMU_USER
+            ),
+        ));
+    }
     f.push(finding("accelerator", true, accel::describe(paths), ""));
     let venv_py = paths.cache.join("venv/bin/python");
     let pytest = if venv_py.is_file() {
