@@ -351,3 +351,23 @@ fn endpoint_indexes_caps_status_and_roles() {
     assert_eq!(Role::Host.peer(), Role::Guest);
     assert_eq!(Role::Guest.peer(), Role::Host);
 }
+
+#[test]
+fn a_drained_buffer_starts_over_on_the_next_input() {
+    let (mut g, mut h) = (guest_after_hello(), host_after_hello());
+    let mut bytes = Vec::new();
+    for i in 0..10 {
+        g.encode(&Packet::new(i, Message::Reset), &mut bytes)
+            .unwrap();
+    }
+    h.feed(&bytes);
+    assert_eq!(h.held(), bytes.len());
+    assert_eq!(h.buffered(), bytes.len());
+    while let Some(p) = h.next_packet() {
+        p.unwrap();
+    }
+    assert_eq!(h.buffered(), 0);
+    // Everything was decoded: the next input does not sit behind it.
+    h.feed(&bytes[..5]);
+    assert_eq!((h.held(), h.buffered()), (5, 5));
+}
