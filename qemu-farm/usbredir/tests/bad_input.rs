@@ -178,10 +178,14 @@ fn hello_with_partial_caps_word() {
     b[4] = 0x46; // length 70
     b.extend([0, 0]);
     c.feed(&b);
-    assert!(matches!(
+    assert_eq!(
         c.next_packet(),
-        Some(Err(Error::DataLength { name: "hello", .. }))
-    ));
+        Some(Err(Error::DataLength {
+            name: "hello",
+            data_len: 6,
+            expected: 4
+        }))
+    );
 }
 
 #[test]
@@ -264,6 +268,22 @@ fn narrow_peer_limits_ids_and_bulk_length() {
     };
     let r = c.encode(&Packet::new(1, Message::BulkPacket(p)), &mut out);
     assert_eq!(r, Err(Error::BulkTooLong(70000)));
+    // The largest id and bulk length a narrow header holds still go out.
+    out.clear();
+    let widest = Packet::new(u64::from(u32::MAX), Message::DeviceDisconnect);
+    c.encode(&widest, &mut out).unwrap();
+    assert_eq!(&out[8..12], &[0xff; 4]);
+    let p = BulkPacket {
+        endpoint: 0x82,
+        length: 0xffff,
+        data: vec![1; 0xffff],
+        ..Default::default()
+    };
+    out.clear();
+    c.encode(&Packet::new(2, Message::BulkPacket(p)), &mut out)
+        .unwrap();
+    assert_eq!(&out[14..16], &[0xff, 0xff]);
+    out.clear();
     // ep_info without max packet sizes is 96 bytes.
     c.encode(&Packet::new(0, Message::EpInfo(Box::default())), &mut out)
         .unwrap();
