@@ -407,6 +407,12 @@ impl Run<'_> {
                 }
             }
         } else {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                progress::warn(
+                    "--runtime host: builds run on the host without the sandbox; use it only for series you trust",
+                )
+            });
             writeln!(
                 self.log,
                 "# runtime host: no sandbox (timeout {}s, disk {} MB only)",
