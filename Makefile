@@ -7,7 +7,7 @@ VENV := $(PHYFARM_CACHE)/venv
 CARGO ?= cargo
 PHYFARM := target/debug/phyfarm
 
-.PHONY: setup phyfarm run images kernel lint unit integration farm test bench selftest
+.PHONY: setup phyfarm run images kernel lint unit integration farm test bench selftest fixtures
 
 setup:
 	bash containers/host-setup.sh
@@ -60,6 +60,11 @@ integration: setup phyfarm
 	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
 	$(VENV)/bin/python -m pytest pytest-tests/farm pytest-tests/harness -n 2
 	$(PHYFARM) selftest --quick
+
+# Test fixtures that are outputs of real runs, refreshed from what
+# `make run` left in the cache.
+fixtures:
+	bash pipeline/tests/fixtures/real-run/regenerate.sh
 
 # Every seeded fault of patches/selftest through `phyfarm run`: each must be
 # caught with its verdict and evidence (README, "What phyfarm catches").

@@ -643,4 +643,3 @@ fn compare_pair(
 
 #[cfg(test)]
 pub(crate) mod tests;
-

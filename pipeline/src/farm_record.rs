@@ -30,7 +30,7 @@ pub fn farm(
     farm_once(paths, base, artifacts, &retry_dir(out), Some(failed))
 }
 
-fn farm_once(
+pub(crate) fn farm_once(
     paths: &Paths,
     base: &TestOptions,
     artifacts: &Path,
@@ -94,6 +94,108 @@ pub fn failed_selection(out: &Path) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" or "))
 }
 
+/// Throughput measurements of `rev` that look like a regression against
+/// `base` (the verdict's rule), by measurement name and variant.
+pub fn suspected_regressions(
+    base: &crate::contract::FarmImport,
+    rev: &crate::contract::FarmImport,
+) -> Vec<(String, Option<String>)> {
+    rev.measurements
+        .iter()
+        .filter(|m| m.unit.ends_with("bit/s"))
+        .filter(|m| {
+            base.measurements
+                .iter()
+                .find(|b| b.name == m.name && b.variant == m.variant)
+                .is_some_and(|b| {
+                    crate::stats::lower(
+                        &b.samples,
+                        &m.samples,
+                        crate::verdict::compare::REGRESSION_MIN_EFFECT,
+                    )
+                    .is_some()
+                })
+        })
+        .map(|m| (m.name.clone(), m.variant.clone()))
+        .collect()
+}
+
+/// Rounds of the interleaved re-measurement.
+pub const CONFIRM_ROUNDS: usize = 2;
+
+/// A throughput regression is only called on samples that machine noise hit
+/// alike: base and revision measured again, alternately, [`CONFIRM_ROUNDS`]
+/// times each, in this invocation. Their samples replace the first ones of
+/// both sides (which were taken minutes apart); a round that fails leaves
+/// the first samples in place.
+pub fn confirm_throughput(
+    paths: &Paths,
+    opts: &TestOptions,
+    (base_art, rev_art): (&Path, &Path),
+    out: &Path,
+    base: &mut crate::contract::FarmImport,
+    rev: &mut crate::contract::FarmImport,
+) {
+    let suspects = suspected_regressions(base, rev);
+    if suspects.is_empty() {
+        return;
+    }
+    let names: Vec<String> = suspects
+        .iter()
+        .map(|(n, v)| format!("{n} ({})", v.as_deref().unwrap_or("-")))
+        .collect();
+    info(&format!(
+        "throughput lower than the base ({}): measuring base and revision again, interleaved",
+        names.join(", ")
+    ));
+    let mut fresh: [Vec<crate::contract::FarmResults>; 2] = [vec![], vec![]];
+    for round in 0..CONFIRM_ROUNDS {
+        for (side, art) in [(0, base_art), (1, rev_art)] {
+            let dir = out.join(format!(
+                "throughput-{}-{round}",
+                if side == 0 { "base" } else { "revision" }
+            ));
+            let (o, _) = farm_once(paths, opts, art, &dir, Some("throughput".into()));
+            match crate::contract::FarmResults::load(&dir.join("results.json")) {
+                Ok(Some(r)) if o != Outcome::Error => fresh[side].push(r),
+                _ => {
+                    warn(&format!(
+                        "the interleaved throughput round {} failed; keeping the first samples",
+                        dir.display()
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+    for (side, imp) in [(0, base), (1, rev)] {
+        for m in imp
+            .measurements
+            .iter_mut()
+            .filter(|m| m.unit.ends_with("bit/s"))
+        {
+            let mut samples = Vec::new();
+            for r in &fresh[side] {
+                for t in r.tests.iter().filter(|t| t.variant == m.variant) {
+                    for x in &t.measurements {
+                        if format!("{}.{}", t.id, x.name) == m.name {
+                            samples.extend(if x.samples.is_empty() {
+                                vec![x.value]
+                            } else {
+                                x.samples.clone()
+                            });
+                        }
+                    }
+                }
+            }
+            if !samples.is_empty() {
+                m.value = samples.iter().sum::<f64>() / samples.len() as f64;
+                m.samples = samples;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +222,38 @@ mod tests {
             serde_json::json!([{"id": "farm.probe", "nodeid": "t.py::test_a", "variant": "rust", "status": "PASS"}]),
         );
         assert!(failed_selection(d.path()).is_none());
+    }
+
+    #[test]
+    fn only_a_clear_throughput_drop_is_suspected() {
+        let m = |name: &str, samples: &[f64]| crate::results::Measurement {
+            name: name.into(),
+            variant: Some("rust".into()),
+            value: samples.iter().sum::<f64>() / samples.len() as f64,
+            unit: "Mbit/s".into(),
+            samples: samples.to_vec(),
+            lower_is_better: false,
+        };
+        let base = crate::contract::FarmImport {
+            tests: vec![],
+            measurements: vec![
+                m("farm.throughput.tcp_tx", &[93.0, 93.5, 92.8, 93.2, 93.1]),
+                m("farm.throughput.tcp_rx", &[93.0, 93.5, 92.8, 93.2, 93.1]),
+            ],
+        };
+        let rev = crate::contract::FarmImport {
+            tests: vec![],
+            measurements: vec![
+                m("farm.throughput.tcp_tx", &[60.0, 61.0, 59.5, 60.5, 60.2]),
+                m("farm.throughput.tcp_rx", &[90.0, 95.0, 91.0, 94.0, 92.0]),
+            ],
+        };
+        assert_eq!(
+            suspected_regressions(&base, &rev),
+            [(
+                "farm.throughput.tcp_tx".to_string(),
+                Some("rust".to_string())
+            )]
+        );
     }
 }

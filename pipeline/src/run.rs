@@ -146,6 +146,14 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         let (o, why) = crate::farm_record::farm(paths, f, &out, &rev_out);
         farm_rev = crate::contract::import(&rev_out, &plan, why.as_deref())?;
         lines.push(format!("farm: {}, {}", outcome_name(o), rev_out.display()));
+        crate::farm_record::confirm_throughput(
+            paths,
+            f,
+            (&out.join("base"), &out),
+            &out.join("confirm"),
+            &mut farm_base,
+            &mut farm_rev,
+        );
         if o != Outcome::Pass && worst == Outcome::Pass {
             worst = o;
         }

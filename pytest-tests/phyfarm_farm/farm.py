@@ -191,6 +191,29 @@ echo "dut=$dut partner=$partner"
                 return time.monotonic() - t
         return None
 
+    def guest_clock(self) -> tuple[float, float]:
+        """(host monotonic, guest uptime) at about the same instant."""
+        h0 = time.monotonic()
+        up = self.guest.read("/proc/uptime")
+        h1 = time.monotonic()
+        try:
+            return (h0 + h1) / 2, float(up.split()[0])
+        except (IndexError, ValueError):
+            raise AgentError(f"/proc/uptime read {up!r}") from None
+
+    def iperf_host_time(
+        self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""
+    ) -> tuple[dict, float]:
+        """iperf3, and the guest clock's rate against the host's over the run
+        (guest seconds per host second). iperf3 times itself with the guest's
+        clock, which under TCG on a loaded host can lose ticks (seen: 5 guest
+        seconds for 5.8 host seconds); a rate times this factor is in host
+        time, the time the modelled wire is paced in."""
+        h0, g0 = self.guest_clock()
+        data = self.iperf(*args, seconds=seconds, reverse=reverse, udp_rate=udp_rate)
+        h1, g1 = self.guest_clock()
+        return data, (g1 - g0) / (h1 - h0) if h1 > h0 else 1.0
+
     def iperf(
         self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""
     ) -> dict:

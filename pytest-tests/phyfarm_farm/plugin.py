@@ -33,7 +33,7 @@ from . import procs
 from .emulator import Emulator
 from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
 from .farm import Farm
-from .guest import Guest, GuestConfig
+from .guest import Guest, GuestConfig, host_tsc_khz
 from .results import Collector, check_id, classify, message
 
 REPO = Path(__file__).resolve().parents[2]
@@ -578,6 +578,9 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         append=spec.append,
         usb=usb,
         wire=wire,
+        # Under TCG the guest's TSC calibration fails on a loaded host and
+        # its clock loses ticks; tell it the rate instead.
+        tsc_khz=host_tsc_khz() if env.accel == "tcg" else None,
     )
     guest = Guest(cfg, sockdir, logdir)
     farm = Farm(guest=guest, emu=emu, variant=variant, accel=env.accel)

@@ -94,7 +94,7 @@ def v8_build(phyfarm, podman, store, v7_build, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_v8_applies_builds_every_patch_and_passes_the_gates(v8_build):
+def test_v8_applies_builds_every_patch_and_passes_the_gates(phyfarm, v8_build):
     out, r = v8_build
     assert r.code == 0, r.describe()
     b = read_json(out / "series-build.json")

@@ -267,8 +267,13 @@ fn the_default_run_selects_every_family_but_kunit() {
         keyword_for(&f).unwrap().unwrap(),
         "probe or throughput or link_flap or cable_test or speed_duplex or dmesg"
     );
-    let e = keyword_for(&["farm.link-flap".to_string()]).unwrap_err().to_string();
-    assert!(e.starts_with("--checks: \"farm.link-flap\" is not a farm check family"), "{e}");
+    let e = keyword_for(&["farm.link-flap".to_string()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--checks: \"farm.link-flap\" is not a farm check family"),
+        "{e}"
+    );
     let only = Plan::new(&["rust", "c"], false).only(&["farm.link_flap".to_string()]);
     let ids: Vec<&str> = only.checks.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(

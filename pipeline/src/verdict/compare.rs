@@ -121,26 +121,41 @@ pub fn telling_line(excerpt: &str) -> String {
     let is = |l: &str, pats: &[&str]| pats.iter().any(|p| l.contains(p));
     let not_make = |l: &str| !l.starts_with("make");
     let compiler = ["error:", "error[E"];
-    let splat = ["Kernel panic", "BUG:", "Oops", "WARNING:", "panicked at", "rust_panic"];
-    let reason = ["FAIL", "ERROR", "MISS", "rejected", "does not apply", "AssertionError", "CheckFailed"];
+    let splat = [
+        "Kernel panic",
+        "BUG:",
+        "Oops",
+        "WARNING:",
+        "panicked at",
+        "rust_panic",
+    ];
+    let reason = [
+        "FAIL",
+        "ERROR",
+        "MISS",
+        "rejected",
+        "does not apply",
+        "AssertionError",
+        "CheckFailed",
+    ];
     if let Some(l) = lines.iter().find(|l| is(l, &compiler) && not_make(l)) {
         return l.to_string();
     }
+    // A line that announces what follows ("panicked at ...:", "patch 3
+    // does not apply:") is told with the line after it.
+    let with_next = |i: usize| match lines.get(i + 1) {
+        Some(next) if lines[i].ends_with(':') => format!("{} {next}", lines[i]),
+        _ => lines[i].to_string(),
+    };
     if let Some(i) = lines.iter().position(|l| is(l, &splat)) {
-        let mut line = lines[i].to_string();
-        if line.contains("panicked at") {
-            if let Some(msg) = lines.get(i + 1) {
-                line = format!("{line} {msg}");
-            }
-        }
-        return line;
+        return with_next(i);
     }
     lines
         .iter()
-        .find(|l| is(l, &reason) && not_make(l))
-        .or_else(|| lines.iter().find(|l| not_make(l)))
-        .or_else(|| lines.first())
-        .map(|l| l.to_string())
+        .position(|l| is(l, &reason) && not_make(l))
+        .or_else(|| lines.iter().position(|l| not_make(l)))
+        .map(with_next)
+        .or_else(|| lines.first().map(|l| l.to_string()))
         .unwrap_or_default()
 }
 
@@ -158,12 +173,28 @@ mod telling_tests {
     fn a_rust_panic_comes_with_its_message() {
         let log = "CheckFailed: flap 1: carrier still on\n[   12.1] rust_kernel: panicked at drivers/net/phy/ax88796b_rust.rs:96:13:\n[   12.1] ax88796b_rust: selftest: link lost\n[   12.2] ------------[ cut here ]------------\n";
         let t = telling_line(log);
-        assert!(t.contains("panicked at drivers/net/phy/ax88796b_rust.rs:96:13:") && t.ends_with("selftest: link lost"), "{t}");
+        assert!(
+            t.contains("panicked at drivers/net/phy/ax88796b_rust.rs:96:13:")
+                && t.ends_with("selftest: link lost"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_heading_line_is_told_with_the_line_after_it() {
+        let log = "patch 3 does not apply:\n  rust/Makefile hunk #1 @@ -15,6 +15,7 @@\nmore";
+        assert_eq!(
+            telling_line(log),
+            "patch 3 does not apply: rust/Makefile hunk #1 @@ -15,6 +15,7 @@"
+        );
     }
 
     #[test]
     fn otherwise_the_first_reason_line() {
-        assert_eq!(telling_line("\n\nMISS: planned but not reported\nmore"), "MISS: planned but not reported");
+        assert_eq!(
+            telling_line("\n\nMISS: planned but not reported\nmore"),
+            "MISS: planned but not reported"
+        );
         assert_eq!(telling_line("just text\nmake: *** Error 2"), "just text");
         assert_eq!(telling_line(""), "");
     }

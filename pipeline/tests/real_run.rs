@@ -1,0 +1,129 @@
+//! The verdict path on outputs of a real run (tests/fixtures/real-run,
+//! refreshed by `make fixtures` from what `make run` leaves): the shipped
+//! v8's series-build.json and its farm's results.json, recorded with
+//! `phyfarm record` as the pull-request workflow does, then the same run
+//! with a check missing and with an id nobody planned.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-run")
+}
+
+fn series() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches/rust-phy-enum-check/v8")
+}
+
+fn record(store: &Path, farm: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .arg("--store")
+        .arg(store)
+        .arg("record")
+        .arg("--series")
+        .arg(series())
+        .arg("--build")
+        .arg(fixture())
+        .arg("--farm")
+        .arg(farm)
+        .env_remove("PHYFARM_STORE")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A copy of the fixture's farm results with `edit` applied to its tests.
+fn edited(dir: &Path, edit: impl FnOnce(&mut Vec<serde_json::Value>)) -> PathBuf {
+    let text = std::fs::read_to_string(fixture().join("farm/results.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(doc["tests"].as_array_mut().unwrap());
+    let farm = dir.join("farm");
+    std::fs::create_dir_all(&farm).unwrap();
+    std::fs::write(farm.join("results.json"), doc.to_string()).unwrap();
+    farm
+}
+
+#[test]
+fn the_real_v8_run_records_every_planned_check_and_awaits_review() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("r.sqlite");
+    let o = record(&store, &fixture().join("farm"));
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("rust-phy-enum-check/v8: awaiting-review"),
+        "{out}"
+    );
+    // 8 checks x 2 variants, 8 differentials, the builds and gates.
+    assert!(out.contains("checks planned and reported"), "{out}");
+    let v = Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .args(["--store", store.to_str().unwrap(), "verdict", "--json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+    let checks = doc[0]["checks"].as_array().unwrap();
+    let has = |path: &str, variant: Option<&str>| {
+        checks
+            .iter()
+            .any(|c| c["path"] == path && c["variant"].as_str() == variant && c["status"] == "PASS")
+    };
+    for variant in ["rust", "c"] {
+        for id in phyfarm::contract::FARM_CHECKS {
+            assert!(
+                has(id, Some(variant)),
+                "{id} ({variant}) not PASS: {checks:?}"
+            );
+        }
+    }
+    assert!(has(
+        "farm.differential.link_flap[reset_after_link_loss]",
+        None
+    ));
+    assert!(has("farm.differential.cable_test[cable-test]", None));
+}
+
+#[test]
+fn a_planned_check_that_did_not_report_keeps_the_revision_testing() {
+    let d = tempfile::tempdir().unwrap();
+    let farm = edited(d.path(), |tests| {
+        tests.retain(|t| {
+            !(t["id"] == "farm.link_flap[reset_after_link_loss]" && t["variant"] == "c")
+        })
+    });
+    let o = record(&d.path().join("r.sqlite"), &farm);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("rust-phy-enum-check/v8: testing"), "{out}");
+    assert!(
+        out.contains("incomplete: farm.link_flap[reset_after_link_loss] (c) MISS"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_unplanned_id_is_refused_and_nothing_is_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("r.sqlite");
+    let farm = edited(d.path(), |tests| {
+        let mut x = tests[0].clone();
+        x["id"] = "farm.harness.no_process_outlives".into();
+        tests.push(x);
+    });
+    let o = record(&store, &farm);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("\"farm.harness.no_process_outlives\"")
+            && out.contains("not in the run's plan"),
+        "{out}"
+    );
+    assert!(!store.exists(), "a refused run must record nothing");
+}
