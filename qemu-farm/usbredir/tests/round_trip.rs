@@ -365,6 +365,8 @@ fn endpoint_indexes_caps_status_and_roles() {
     let c = Caps(0).with(3).with(35);
     assert_eq!(c, Caps(0b1000 | 0b1000));
     assert!(c.has(3) && !c.has(2) && !c.has(40));
+    assert!(!Caps(u32::MAX).has(32), "bit 32 is past the word");
+    assert!(Caps(u32::MAX).has(31));
     assert_eq!(Caps(0b0110).common(Caps(0b1100)), Caps(0b0100));
     assert_eq!(Caps::XHCI_HOST, Caps(0x72));
     assert!(Status::SUCCESS.is_success() && !Status::STALL.is_success());
