@@ -190,6 +190,29 @@ def test_verdicts_workflow_counts_reviews_only_through_the_role_filter():
     assert "jq -r -f .github/scripts/objections.jq" in script
     assert "CHANGES_REQUESTED" not in script, "a second, unfiltered review query"
     assert "--nack" in script
+    # The reviewed commit's files are data: tar writes no owner, and a link
+    # in them means nothing is recorded.
+    assert "tar -x --no-same-owner --no-same-permissions" in script
+    assert 'find "reviews/$pr-$id" -type l' in script
+
+
+def test_the_build_job_never_uploads_a_link():
+    wf = yaml.safe_load((REPO / ".github/workflows/pull-request.yml").read_text())
+    steps = wf["jobs"]["build"]["steps"]
+    names = [s.get("name", "") for s in steps]
+    guard = names.index("Refuse to publish anything but regular files")
+    upload = next(i for i, s in enumerate(steps) if "upload-artifact" in s.get("uses", ""))
+    assert guard < upload
+    assert steps[guard]["if"] == "always()" and "find out -type l" in steps[guard]["run"]
+
+
+def test_every_python_tool_is_pinned():
+    lines = (REPO / "pytest-tests/requirements.txt").read_text().splitlines()
+    reqs = [x.strip() for x in lines if x.strip() and not x.lstrip().startswith("#")]
+    assert reqs
+    unpinned = [r for r in reqs if not re.fullmatch(r"[A-Za-z0-9._-]+==[0-9][0-9A-Za-z.+-]*", r)]
+    assert not unpinned, unpinned
+    assert any(r.startswith("zizmor==") for r in reqs)
 
 
 # -- what gets posted --------------------------------------------------------
