@@ -457,3 +457,75 @@ def test_qemu_gets_its_peer_sockets_and_not_the_control_socket(tmp_path):
     assert sockdir.stat().st_mode & 0o777 == 0o710
     for s in socks:
         s.close()
+
+
+HARNESS = """
+const fs = require('fs');
+const [script, dir, prJson] = process.argv.slice(1);
+process.chdir(dir);
+const calls = [];
+const pr = JSON.parse(prJson);
+const github = {
+  rest: {
+    checks: { create: async (a) => calls.push(['check', a]) },
+    pulls: { get: async (a) => ({ data: { number: a.pull_number, ...pr } }) },
+    issues: {
+      listComments: 'list',
+      updateComment: async (a) => calls.push(['update', a]),
+      createComment: async (a) => calls.push(['comment', a]),
+    },
+  },
+  paginate: async () => [],
+};
+const context = {
+  repo: { owner: 'o', repo: 'r' },
+  payload: { workflow_run: {
+    head_sha: 'a'.repeat(40), conclusion: 'success',
+    html_url: 'https://github.com/o/r/actions/runs/1',
+    head_repository: { full_name: 'fork/r' },
+  } },
+};
+const core = { info: (m) => calls.push(['info', m]) };
+eval('(async function(){\\n' + fs.readFileSync(script, 'utf8') + '\\n})')()
+  .then(() => process.stdout.write(JSON.stringify(calls)));
+"""
+
+
+@pytest.mark.parametrize(
+    "pr, comments",
+    [
+        ({"state": "open", "head": {"sha": "a" * 40, "repo": {"full_name": "fork/r"}}}, True),
+        ({"state": "open", "head": {"sha": "b" * 40, "repo": {"full_name": "fork/r"}}}, False),
+        ({"state": "open", "head": {"sha": "a" * 40, "repo": {"full_name": "evil/r"}}}, False),
+        ({"state": "closed", "head": {"sha": "a" * 40, "repo": {"full_name": "fork/r"}}}, False),
+    ],
+    ids=["matching", "other-head", "other-fork", "closed"],
+)
+def test_the_report_job_comments_only_on_the_matching_pull_request(tmp_path, pr, comments):
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: cannot run the report workflow's script")
+    (tmp_path / "summary").mkdir()
+    (tmp_path / "summary/summary.json").write_text(
+        json.dumps({"pr": 7, "head_sha": "a" * 40, "revisions": [], "conclusion": "success"})
+    )
+    (tmp_path / "summary/summary.md").write_text(HOSTILE)
+    script = tmp_path / "report.js"
+    script.write_text(report_script())
+    p = subprocess.run(
+        ["node", "-e", HARNESS, "--", str(script), str(tmp_path), json.dumps(pr)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    calls = json.loads(p.stdout)
+    checks = [c[1] for c in calls if c[0] == "check"]
+    assert len(checks) == 1 and checks[0]["conclusion"] == "neutral", checks
+    assert "@torvalds" not in checks[0]["output"]["summary"]
+    posted = [c[1] for c in calls if c[0] in ("comment", "update")]
+    if comments:
+        assert len(posted) == 1 and posted[0]["issue_number"] == 7, calls
+        assert "@torvalds" not in posted[0]["body"] and "https://evil" not in posted[0]["body"]
+    else:
+        assert posted == [], calls
