@@ -778,3 +778,131 @@ fn wire_jitter_keeps_order_stays_in_range_and_follows_the_seed() {
     assert_eq!(a, arrivals(5));
     assert_ne!(a, arrivals(6));
 }
+
+#[test]
+fn counters_count_frames_bytes_and_corruption_exactly() {
+    let mut t = T::up(false);
+    t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    t.send(2, bulk_out(framing::tx_transfer(&frame(MAC, 100))));
+    t.send(3, bulk_in(2048));
+    t.d.wire_frame(t.t, frame(MAC, 70));
+    t.d.wire_frame(t.t, frame(MAC, 80));
+    t.send(4, bulk_in(2048));
+    let c = t.d.counters().clone();
+    assert_eq!((c.tx_frames, c.tx_bytes), (2, 160));
+    assert_eq!((c.rx_frames, c.rx_bytes), (2, 150));
+    assert_eq!((c.bulk_out_transfers, c.bulk_in_transfers), (2, 2));
+    assert_eq!(c.impair_corrupted, 0);
+    t.d.set_impair(ImpairConfig {
+        corrupt: 1.0,
+        ..Default::default()
+    });
+    t.send(5, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    t.send(6, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    assert_eq!(t.d.counters().impair_corrupted, 2);
+    t.d.reset_counters();
+    assert_eq!(t.d.counters(), &Counters::default());
+}
+
+#[test]
+fn session_state_accessors() {
+    let mut t = T::new(false);
+    assert!(!t.d.announced(), "nothing announced before QEMU's hello");
+    t.send(0, hello().msg);
+    assert!(t.d.announced());
+    t.send(1, Message::SetConfiguration { configuration: 1 });
+    assert_eq!(t.d.pending_bulk_in(), 0);
+    t.send(2, bulk_in(2048));
+    t.send(3, bulk_in(2048));
+    assert_eq!(t.d.pending_bulk_in(), 2);
+    t.d.unplug(t.t);
+    assert!(!t.d.announced());
+}
+
+#[test]
+fn bulk_outs_wait_for_tx_room_and_the_device_asks_for_back_pressure() {
+    let mut t = T::up(true);
+    t.d.set_pace_burst(Duration::ZERO);
+    let data = framing::tx_transfer(&frame(MAC, 1514));
+    let mut id = 1;
+    while t.d.tx_queued() < TX_QUEUE_FRAMES {
+        assert!(t.d.usb_room());
+        t.send(id, bulk_out(data.clone()));
+        id += 1;
+    }
+    assert_eq!(t.d.tx_queued(), TX_QUEUE_FRAMES);
+    // The queue is full: further transfers wait unparsed.
+    for _ in 0..OUT_WAIT_HIGH - 1 {
+        t.send(id, bulk_out(data.clone()));
+        id += 1;
+        assert!(t.d.usb_room());
+    }
+    t.send(id, bulk_out(data.clone()));
+    id += 1;
+    assert!(!t.d.usb_room(), "{OUT_WAIT_HIGH} waiting: stop reading");
+    assert_eq!(
+        t.d.tx_queued(),
+        TX_QUEUE_FRAMES,
+        "nothing parsed beyond the bound"
+    );
+    assert_eq!(t.d.pending_bulk_out(), TX_QUEUE_FRAMES + OUT_WAIT_HIGH);
+    // Past the hard bound a transfer is refused, not queued.
+    for _ in OUT_WAIT_HIGH..OUT_WAIT_MAX {
+        t.send(id, bulk_out(data.clone()));
+        id += 1;
+    }
+    let out = t.send(id, bulk_out(data.clone()));
+    assert_eq!(bulk_reply(&out[0]).status, Status::IOERROR);
+    assert_eq!(t.d.counters().bulk_refused, 1);
+    // One frame leaves: one waiting transfer is taken in.
+    let wt = framing::wire_time(1514, 100_000_000);
+    t.d.poll(t.t + wt);
+    assert_eq!(t.d.tx_queued(), TX_QUEUE_FRAMES);
+    assert_eq!(t.d.pending_bulk_out(), TX_QUEUE_FRAMES + OUT_WAIT_MAX - 1);
+}
+
+#[test]
+fn rx_room_follows_the_rx_queue_bound() {
+    let t0 = Instant::now();
+    let mut cfg = DeviceConfig::new(Variant::Ax88772a, MAC);
+    cfg.paced = false;
+    cfg.rx_queue_frames = 2;
+    let mut t = T {
+        d: Device::new(cfg, t0),
+        t: t0,
+    };
+    t.d.transport_opened(t0);
+    t.send(0, hello().msg);
+    t.send(1, Message::SetConfiguration { configuration: 1 });
+    t.send(2, ctrl(0x40, cmd::WRITE_RX_CTL, 0x0088, 0, 0, vec![]));
+    t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0336, 0, 0, vec![]));
+    assert!(t.d.rx_room());
+    t.d.wire_frame(t0, frame(MAC, 60));
+    assert!(t.d.rx_room());
+    t.d.wire_frame(t0, frame(MAC, 60));
+    assert!(!t.d.rx_room(), "two frames fill a two-frame queue");
+    t.d.wire_frame(t0, frame(MAC, 60));
+    assert_eq!(t.d.counters().rx_overflow, 1);
+    t.send(4, bulk_in(2048));
+    assert!(t.d.rx_room());
+}
+
+#[test]
+fn a_closed_transport_forgets_the_session() {
+    let mut t = T::up(false);
+    t.send(10, bulk_in(2048));
+    t.send(
+        11,
+        Message::StartInterruptReceiving {
+            endpoint: EP_INTERRUPT,
+        },
+    );
+    t.d.take_usb();
+    t.d.transport_closed(t.t);
+    assert!(!t.d.announced());
+    assert_eq!(t.d.pending_bulk_in(), 0);
+    assert!(t.d.take_usb().is_empty(), "nobody to answer");
+    assert_eq!(t.d.mac().rx_ctl, 0, "the chip is powered anew");
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert_eq!(t.d.counters().rx_dropped_gated, 1);
+}
