@@ -22,6 +22,14 @@ pub fn farm(
     artifacts: &Path,
     out: &Path,
 ) -> (Outcome, Option<String>) {
+    // What an earlier run left in this run folder (its results were recorded
+    // then) must not be read as this run's: a stale retry would pass for
+    // this run's second attempt.
+    if let Err(e) = clear(out) {
+        let why = format!("cannot clear {} for this run: {e}", out.display());
+        warn(&why);
+        return (Outcome::Error, Some(why));
+    }
     let first = farm_once(paths, base, artifacts, out, None);
     let Some(failed) = failed_selection(out).filter(|_| first.0 == Outcome::Fail) else {
         return first;
@@ -94,6 +102,19 @@ pub fn failed_selection(out: &Path) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(" or "))
 }
 
+/// Remove a farm output folder and its retry folder, if there.
+fn clear(out: &Path) -> std::io::Result<()> {
+    remove_stale(out)?;
+    remove_stale(&retry_dir(out))
+}
+
+fn remove_stale(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Throughput measurements of `rev` that look like a regression against
 /// `base` (the verdict's rule), by measurement name and variant.
 pub fn suspected_regressions(
@@ -155,6 +176,13 @@ pub fn confirm_throughput(
                 "throughput-{}-{round}",
                 if side == 0 { "base" } else { "revision" }
             ));
+            if remove_stale(&dir).is_err() {
+                warn(&format!(
+                    "cannot clear {}; keeping the first samples",
+                    dir.display()
+                ));
+                return;
+            }
             let (o, _) = farm_once(paths, opts, art, &dir, Some("throughput".into()));
             match crate::contract::FarmResults::load(&dir.join("results.json")) {
                 Ok(Some(r)) if o != Outcome::Error => fresh[side].push(r),
@@ -222,6 +250,23 @@ mod tests {
             serde_json::json!([{"id": "farm.probe", "nodeid": "t.py::test_a", "variant": "rust", "status": "PASS"}]),
         );
         assert!(failed_selection(d.path()).is_none());
+    }
+
+    #[test]
+    fn a_new_farm_run_starts_without_the_last_runs_results() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("farm");
+        write_results(
+            &out,
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "PASS"}]),
+        );
+        write_results(
+            &retry_dir(&out),
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "FAIL"}]),
+        );
+        clear(&out).unwrap();
+        assert!(!out.exists() && !retry_dir(&out).exists());
+        clear(&out).unwrap();
     }
 
     #[test]
