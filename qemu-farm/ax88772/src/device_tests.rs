@@ -906,3 +906,115 @@ fn a_closed_transport_forgets_the_session() {
     t.d.wire_frame(t.t, frame(MAC, 60));
     assert_eq!(t.d.counters().rx_dropped_gated, 1);
 }
+
+fn control_reply(out: &[Packet]) -> &ControlPacket {
+    match &out[0].msg {
+        Message::ControlPacket(c) => c,
+        m => panic!("expected control_packet, got {}", m.name()),
+    }
+}
+
+#[test]
+fn session_refusals_answer_as_the_protocol_says() {
+    let mut t = T::up(false);
+    let alt = |t: &mut T, interface, alt| match t
+        .send(1, Message::SetAltSetting { interface, alt })
+        .pop()
+    {
+        Some(Packet {
+            msg: Message::AltSettingStatus { status, alt, .. },
+            ..
+        }) => (status, alt),
+        p => panic!("{p:?}"),
+    };
+    assert_eq!(alt(&mut t, 0, 0), (Status::SUCCESS, 0));
+    assert_eq!(alt(&mut t, 1, 0), (Status::INVAL, 255));
+    assert_eq!(alt(&mut t, 0, 1), (Status::INVAL, 255));
+    let get = |t: &mut T, interface| match &t.send(2, Message::GetAltSetting { interface })[0].msg {
+        Message::AltSettingStatus { status, alt, .. } => (*status, *alt),
+        m => panic!("{m:?}"),
+    };
+    assert_eq!(get(&mut t, 0), (Status::SUCCESS, 0));
+    assert_eq!(get(&mut t, 1), (Status::INVAL, 255));
+    let stop =
+        |t: &mut T, endpoint| match &t.send(3, Message::StopInterruptReceiving { endpoint })[0].msg
+        {
+            Message::InterruptReceivingStatus { status, .. } => *status,
+            m => panic!("{m:?}"),
+        };
+    assert_eq!(stop(&mut t, 0x82), Status::INVAL);
+    assert_eq!(stop(&mut t, EP_INTERRUPT), Status::SUCCESS);
+    let out = t.send(
+        4,
+        Message::InterruptPacket(SmallDataPacket {
+            endpoint: 0x01,
+            status: Status::SUCCESS,
+            length: 2,
+            data: vec![1, 2],
+        }),
+    );
+    assert_eq!(
+        out[0].msg,
+        Message::InterruptPacket(SmallDataPacket {
+            endpoint: 0x01,
+            status: Status::STALL,
+            length: 0,
+            data: vec![],
+        })
+    );
+    let out = t.send(
+        5,
+        Message::IsoPacket(SmallDataPacket {
+            endpoint: 0x83,
+            ..Default::default()
+        }),
+    );
+    assert_eq!(
+        out[0].msg,
+        Message::IsoPacket(SmallDataPacket {
+            endpoint: 0x83,
+            status: Status::INVAL,
+            length: 0,
+            data: vec![],
+        })
+    );
+}
+
+#[test]
+fn control_replies_carry_no_out_data_and_counters_add_up() {
+    let mut t = T::up(false);
+    let before = t.d.counters().control_requests;
+    // An OUT request: the reply says how much was taken, without the data.
+    let out = t.send(
+        1,
+        ctrl(0x40, cmd::WRITE_NODE_ID, 0, 0, 6, vec![2, 1, 2, 3, 4, 5]),
+    );
+    let c = control_reply(&out);
+    assert_eq!((c.status, c.length, c.data.len()), (Status::SUCCESS, 6, 0));
+    // A STALL carries neither data nor a length.
+    let out = t.send(2, ctrl(0xc0, 0xee, 0, 0, 4, vec![]));
+    let c = control_reply(&out);
+    assert_eq!((c.status, c.length, c.data.len()), (Status::STALL, 0, 0));
+    ctl(&mut t, r#"{"cmd":"mdio_fault","op":"read","count":2}"#);
+    for id in [3, 4] {
+        let out = t.send(id, ctrl(0xc0, cmd::READ_MII_REG, 0x10, 1, 2, vec![]));
+        let c = control_reply(&out);
+        assert_eq!((c.status, c.length, c.data.len()), (Status::STALL, 0, 0));
+        assert_eq!((c.request, c.value, c.index), (cmd::READ_MII_REG, 0x10, 1));
+    }
+    let c = t.d.counters().clone();
+    assert_eq!(c.control_requests - before, 4);
+    assert_eq!(c.control_stalls, 3);
+    assert_eq!(c.mdio_faults_injected, 2);
+    t.send(5, bulk_in(2048));
+    t.send(6, bulk_in(2048));
+    t.send(5, Message::CancelDataPacket);
+    t.send(6, Message::CancelDataPacket);
+    t.send(0, Message::Reset);
+    t.send(0, Message::Reset);
+    let c = t.d.counters().clone();
+    assert_eq!((c.bulk_cancelled, c.usb_resets), (2, 2));
+    t.d.usbredir_error();
+    t.d.usbredir_error();
+    assert_eq!(t.d.counters().usbredir_errors, 2);
+}
