@@ -1018,3 +1018,48 @@ fn control_replies_carry_no_out_data_and_counters_add_up() {
     t.d.usbredir_error();
     assert_eq!(t.d.counters().usbredir_errors, 2);
 }
+
+#[test]
+fn bulk_refusals_name_their_endpoint_and_reason() {
+    let mut t = T::new(false);
+    t.send(0, hello().msg);
+    // Not configured: STALL on the endpoint asked for.
+    let out = t.send(1, bulk_in(2048));
+    let b = bulk_reply(&out[0]);
+    assert_eq!((b.endpoint, b.status), (EP_BULK_IN, Status::STALL));
+    t.send(2, Message::SetConfiguration { configuration: 1 });
+    // A second request with a pending request's id.
+    t.send(3, bulk_in(2048));
+    let out = t.send(3, bulk_in(2048));
+    let b = bulk_reply(&out[0]);
+    assert_eq!((b.endpoint, b.status), (EP_BULK_IN, Status::INVAL));
+    // Past the bound of pending bulk INs: an I/O error at once.
+    for id in 0..BULK_IN_MAX as u64 - 1 {
+        assert!(t.send(100 + id, bulk_in(2048)).is_empty());
+    }
+    assert_eq!(t.d.pending_bulk_in(), BULK_IN_MAX);
+    let out = t.send(99_999, bulk_in(2048));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(
+        (out[0].id, b.endpoint, b.status),
+        (99_999, EP_BULK_IN, Status::IOERROR)
+    );
+    assert_eq!(t.d.counters().bulk_refused, 2);
+    assert_eq!(t.d.pending_bulk_in(), BULK_IN_MAX);
+}
+
+#[test]
+fn interrupt_packets_are_counted() {
+    let mut t = T::up(false);
+    t.send(
+        1,
+        Message::StartInterruptReceiving {
+            endpoint: EP_INTERRUPT,
+        },
+    );
+    t.d.phy_mut().set_carrier(false);
+    t.d.poll(t.t);
+    t.d.phy_mut().set_carrier(true);
+    t.d.poll(t.t);
+    assert_eq!(t.d.counters().interrupt_packets, 3);
+}
