@@ -1063,3 +1063,63 @@ fn interrupt_packets_are_counted() {
     t.d.poll(t.t);
     assert_eq!(t.d.counters().interrupt_packets, 3);
 }
+
+#[test]
+fn completions_name_their_endpoints() {
+    let mut t = T::up(false);
+    let out = t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(
+        (b.endpoint, b.status, b.length),
+        (EP_BULK_OUT, Status::SUCCESS, 64)
+    );
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let out = t.send(2, bulk_in(2048));
+    assert_eq!(bulk_reply(&out[0]).endpoint, EP_BULK_IN);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let out = t.send(3, bulk_in(8));
+    let b = bulk_reply(&out[0]);
+    assert_eq!((b.endpoint, b.status), (EP_BULK_IN, Status::BABBLE));
+}
+
+#[test]
+fn a_paced_rx_frame_is_a_wake_up_only_while_a_request_waits() {
+    let mut t = T::up(true);
+    t.d.set_pace_burst(Duration::ZERO);
+    t.d.wire_frame(t.t, frame(MAC, 1514));
+    let ready = t.t + framing::wire_time(1514, 100_000_000);
+    assert_eq!(t.d.poll(t.t), None, "nobody asked for it yet");
+    t.send(1, bulk_in(2048));
+    assert_eq!(t.d.poll(t.t), Some(ready));
+    t.d.poll(ready);
+    assert_eq!(t.d.take_usb()[0].id, 1);
+}
+
+#[test]
+fn impairment_capture_and_autoneg_settings_take_effect() {
+    let mut t = T::up(false);
+    t.d.set_impair(ImpairConfig {
+        loss: 0.25,
+        seed: 9,
+        ..Default::default()
+    });
+    assert_eq!(
+        (t.d.impair_config().loss, t.d.impair_config().seed),
+        (0.25, 9)
+    );
+    let p = std::env::temp_dir().join(format!("ax-dev-{}.pcap", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    t.d.pcap_start(&p).unwrap();
+    assert_eq!(t.d.pcap_path(), Some(p.as_path()));
+    t.d.set_impair(ImpairConfig::default());
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert_eq!(t.d.pcap_stop().unwrap(), 1);
+    assert_eq!(t.d.pcap_path(), None);
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 24 + 16 + 60);
+    std::fs::remove_file(&p).unwrap();
+    t.d.set_autoneg_delay(Duration::from_secs(2));
+    t.d.set_partner(t.t, crate::phy::Partner::default());
+    assert_eq!(t.d.phy().state(), crate::phy::PhyState::Autoneg);
+    assert_eq!(t.d.poll(t.t), Some(t.t + Duration::from_secs(2)));
+    assert_eq!(t.d.config().autoneg, Duration::from_secs(2));
+}

@@ -171,6 +171,15 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_without_probability_always_fires() {
+        let r: MdioRule = serde_json::from_str(r#"{"regs":[1]}"#).unwrap();
+        assert_eq!((r.probability, r.op, r.count), (1.0, MdioOp::Both, None));
+        let mut f = MdioFaults::default();
+        f.add(r).unwrap();
+        assert!((0..50).all(|_| f.fires(false, 1)));
+    }
+
+    #[test]
     fn bad_rules_are_refused() {
         let mut f = MdioFaults::default();
         assert!(f
