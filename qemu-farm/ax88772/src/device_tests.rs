@@ -1123,3 +1123,24 @@ fn impairment_capture_and_autoneg_settings_take_effect() {
     assert_eq!(t.d.poll(t.t), Some(t.t + Duration::from_secs(2)));
     assert_eq!(t.d.config().autoneg, Duration::from_secs(2));
 }
+
+#[test]
+fn sw_reset_flushes_the_queues_it_names() {
+    let mut t = T::up(true);
+    t.d.set_pace_burst(Duration::ZERO);
+    t.d.wire_frame(t.t, frame(MAC, 1514));
+    t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 1514))));
+    t.send(2, bulk_out(framing::tx_transfer(&frame(MAC, 1514))));
+    assert_eq!(t.d.tx_queued(), 2);
+    // IPRL keeps the PHY running; RR and RT flush RX and TX.
+    t.send(
+        3,
+        ctrl(0x40, cmd::SW_RESET, 0x20 | 0x01 | 0x02, 0, 0, vec![]),
+    );
+    assert_eq!(t.d.tx_queued(), 0);
+    t.send(4, bulk_in(2048));
+    t.d.poll(t.t + Duration::from_millis(5));
+    let out = t.d.take_usb();
+    assert!(out.iter().all(|p| p.id != 4), "the RX frame was flushed");
+    assert!(t.d.take_wire().is_empty(), "the TX frames were flushed");
+}

@@ -152,6 +152,11 @@ mod tests {
         assert!(f.fires(true, 0));
         assert!(!f.fires(true, 4), "twice, then done");
         assert_eq!(f.injected, 3);
+        assert_eq!((f.rules[0].injected, f.rules[1].injected), (1, 2));
+        assert_eq!(f.rules[1].count, Some(0));
+        f.add(MdioRule::new(MdioOp::Read, vec![31], None, 1.0, 0))
+            .unwrap();
+        assert!(f.fires(false, 31), "register 31 exists");
         f.clear();
         assert!(!f.fires(false, 1));
     }
