@@ -1144,3 +1144,29 @@ fn sw_reset_flushes_the_queues_it_names() {
     assert!(out.iter().all(|p| p.id != 4), "the RX frame was flushed");
     assert!(t.d.take_wire().is_empty(), "the TX frames were flushed");
 }
+
+#[test]
+fn frame_length_bounds_on_both_paths() {
+    let mut t = T::up(false);
+    for len in [13, 1519] {
+        t.d.wire_frame(t.t, frame(MAC, len));
+    }
+    assert_eq!(t.d.counters().rx_length_errors, 2);
+    for len in [14, 1518] {
+        t.d.wire_frame(t.t, frame(MAC, len));
+    }
+    assert_eq!(
+        t.d.counters().rx_length_errors,
+        2,
+        "14 and 1518 bytes are frames"
+    );
+    t.send(1, bulk_in(2048));
+    t.send(2, bulk_in(2048));
+    assert_eq!(t.d.counters().rx_frames, 2);
+    // A TX frame over 1518 bytes is an error, not a frame.
+    let mut data = framing::header(1600).to_vec();
+    data.extend(vec![0u8; 1600]);
+    t.send(3, bulk_out(data));
+    assert_eq!(t.d.counters().tx_errors, 1);
+    assert!(t.d.take_wire().is_empty());
+}
