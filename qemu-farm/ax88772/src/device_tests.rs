@@ -1170,3 +1170,50 @@ fn frame_length_bounds_on_both_paths() {
     assert_eq!(t.d.counters().tx_errors, 1);
     assert!(t.d.take_wire().is_empty());
 }
+
+#[test]
+fn a_delayed_wire_keeps_each_frames_own_latency() {
+    let mut t = T::up(false);
+    ctl(
+        &mut t,
+        r#"{"cmd":"impair","latency_us":1000,"direction":"tx"}"#,
+    );
+    t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    t.t += Duration::from_micros(500);
+    t.send(2, bulk_out(framing::tx_transfer(&frame(MAC, 61))));
+    t.d.poll(t.t + Duration::from_micros(500));
+    assert_eq!(
+        t.d.take_wire().len(),
+        1,
+        "only the first is through at 1 ms"
+    );
+    t.d.poll(t.t + Duration::from_micros(999));
+    assert!(t.d.take_wire().is_empty());
+    t.d.poll(t.t + Duration::from_micros(1000));
+    assert_eq!(t.d.take_wire()[0].len(), 61);
+}
+
+#[test]
+fn bulk_in_takes_only_ready_frames_and_exact_fits() {
+    let mut t = T::up(true);
+    t.d.set_pace_burst(Duration::ZERO);
+    t.d.wire_frame(t.t, frame(MAC, 1514));
+    t.d.wire_frame(t.t, frame(MAC, 1514));
+    let wt = framing::wire_time(1514, 100_000_000);
+    t.d.poll(t.t + wt);
+    let out = t.send(1, bulk_in(4096));
+    assert_eq!(
+        bulk_reply(&out[0]).data.len(),
+        4 + 1514,
+        "the second is not ready yet"
+    );
+    let mut t = T::up(false);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let out = t.send(2, bulk_in(64));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(
+        (b.status, b.data.len()),
+        (Status::SUCCESS, 64),
+        "a record that fills the request exactly"
+    );
+}

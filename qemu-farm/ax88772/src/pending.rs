@@ -133,6 +133,20 @@ mod tests {
     }
 
     #[test]
+    fn an_id_cancelled_in_the_middle_can_come_back() {
+        let mut p = Pending::new(8);
+        assert!(p.is_empty());
+        for id in 1..=3 {
+            p.push(id, id * 10).unwrap();
+        }
+        assert!(!p.is_empty());
+        assert!(p.cancel(2));
+        p.push(2, 99).unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p.drain(), vec![(1, 10), (3, 30), (2, 99)]);
+    }
+
+    #[test]
     fn submit_and_cancel_forever_stays_small() {
         let mut p = Pending::new(1024);
         p.push(0, ()).unwrap();
