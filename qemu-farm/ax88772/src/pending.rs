@@ -147,6 +147,21 @@ mod tests {
     }
 
     #[test]
+    fn cancelled_entries_never_outnumber_twice_the_live_ones_plus_64() {
+        let mut p = Pending::new(4096);
+        for id in 0..10 {
+            p.push(id, ()).unwrap();
+        }
+        for id in 100..5000u64 {
+            p.push(id, ()).unwrap();
+            assert!(p.cancel(id));
+            assert!(p.held() >= p.len());
+            assert!(p.held() <= 2 * 10 + 64 + 1, "held {}", p.held());
+        }
+        assert_eq!(p.len(), 10);
+    }
+
+    #[test]
     fn submit_and_cancel_forever_stays_small() {
         let mut p = Pending::new(1024);
         p.push(0, ()).unwrap();
