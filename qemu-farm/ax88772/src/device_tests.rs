@@ -1217,3 +1217,45 @@ fn bulk_in_takes_only_ready_frames_and_exact_fits() {
         "a record that fills the request exactly"
     );
 }
+
+#[test]
+fn unplug_without_the_ack_capability_replugs_at_once() {
+    let mut t = T::new(false);
+    let h = Hello {
+        version: "old qemu".into(),
+        caps: Caps(0xff & !(1 << cap::DEVICE_DISCONNECT_ACK)),
+        extra_caps: vec![],
+    };
+    t.send(0, Message::Hello(h));
+    assert!(t.d.plugged());
+    t.d.unplug(t.t);
+    assert!(!t.d.plugged());
+    assert_eq!(t.d.take_usb()[0].msg, Message::DeviceDisconnect);
+    t.d.plug(t.t);
+    assert!(t.d.plugged());
+    let names: Vec<_> = t.d.take_usb().iter().map(|p| p.msg.name()).collect();
+    assert_eq!(names.last(), Some(&"device_connect"), "no ack to wait for");
+}
+
+#[test]
+fn faulted_and_answered_control_requests_reply_cleanly() {
+    let mut t = T::up(false);
+    ctl(&mut t, r#"{"cmd":"mdio_fault","op":"write","count":1}"#);
+    let out = t.send(
+        1,
+        ctrl(0x40, cmd::WRITE_MII_REG, 0x10, 4, 2, vec![0xe1, 0x01]),
+    );
+    let c = control_reply(&out);
+    assert_eq!((c.status, c.length, c.data.len()), (Status::STALL, 0, 0));
+    // A request arriving with a stale status field is answered SUCCESS.
+    let m = Message::ControlPacket(ControlPacket {
+        endpoint: 0x80,
+        requesttype: 0x80,
+        request: 0,
+        status: Status::STALL,
+        length: 2,
+        ..Default::default()
+    });
+    let out = t.send(2, m);
+    assert_eq!(control_reply(&out).status, Status::SUCCESS);
+}
