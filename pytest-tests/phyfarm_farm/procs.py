@@ -4,6 +4,12 @@ Every QEMU and emulator runs in its own process group (so a kill reaches its
 children) with PR_SET_PDEATHSIG=SIGKILL (so it dies with the pytest process
 that started it, even when that one is SIGKILLed), and is registered for an
 atexit sweep (Ctrl-C, SIGTERM, normal exit).
+
+A child that changes its user afterwards (QEMU dropping root with -runas)
+loses PR_SET_PDEATHSIG: the kernel clears it on a credential change. For
+those, a watchdog process in its own session holds the read end of a pipe
+from this process and kills the groups it was told about when the pipe
+closes, which happens however this process ends, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +28,44 @@ PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 _live: set[Proc] = set()
 _lock = threading.Lock()
+
+_WATCHDOG = r"""
+import os, signal, sys
+groups = set()
+for line in sys.stdin:
+    word, _, pgid = line.strip().partition(" ")
+    if pgid.isdigit():
+        (groups.add if word == "watch" else groups.discard)(int(pgid))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_watchdog: subprocess.Popen | None = None
+
+
+def _watch(word: str, pgid: int) -> None:
+    """Tell the watchdog to kill (`watch`) or forget (`done`) a group."""
+    global _watchdog
+    with _lock:
+        if _watchdog is None or _watchdog.poll() is not None:
+            if word != "watch":
+                return
+            _watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                text=True,
+            )
+        try:
+            assert _watchdog.stdin is not None
+            _watchdog.stdin.write(f"{word} {pgid}\n")
+            _watchdog.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
 
 
 def _child_setup(parent: int) -> None:
@@ -51,6 +96,7 @@ class Proc:
         )
         with _lock:
             _live.add(self)
+        _watch("watch", self.popen.pid)
 
     @property
     def pid(self) -> int:
@@ -77,6 +123,7 @@ class Proc:
             pass
         with _lock:
             _live.discard(self)
+        _watch("done", self.popen.pid)
         if not self._log.closed:
             self._log.close()
         return self.popen.returncode
@@ -111,6 +158,7 @@ def kill_all() -> None:
             pass
         with _lock:
             _live.discard(p)
+        _watch("done", p.pid)
 
 
 atexit.register(kill_all)
