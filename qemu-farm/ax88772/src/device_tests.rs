@@ -1197,14 +1197,14 @@ fn a_delayed_wire_keeps_each_frames_own_latency() {
 fn bulk_in_takes_only_ready_frames_and_exact_fits() {
     let mut t = T::up(true);
     t.d.set_pace_burst(Duration::ZERO);
-    t.d.wire_frame(t.t, frame(MAC, 1514));
-    t.d.wire_frame(t.t, frame(MAC, 1514));
-    let wt = framing::wire_time(1514, 100_000_000);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let wt = framing::wire_time(60, 100_000_000);
     t.d.poll(t.t + wt);
     let out = t.send(1, bulk_in(4096));
     assert_eq!(
         bulk_reply(&out[0]).data.len(),
-        4 + 1514,
+        64,
         "the second is not ready yet"
     );
     let mut t = T::up(false);
