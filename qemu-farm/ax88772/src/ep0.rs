@@ -208,4 +208,83 @@ mod tests {
         };
         assert_eq!(run(clear), Reply::Done(0));
     }
+
+    fn setup(requesttype: u8, request: u8, value: u16, index: u16, length: u16) -> Setup {
+        Setup {
+            requesttype,
+            request,
+            value,
+            index,
+            length,
+        }
+    }
+
+    #[test]
+    fn standard_requests_answer_or_stall_by_their_fields() {
+        let mut usb = UsbState::default();
+        let mut mac = Mac::new(Variant::Ax88772a, [2, 0, 0, 0, 0, 1], Addr0::Alias);
+        let mut phy = Phy::new(crate::phy::PHY_ID_AX88772A, Instant::now());
+        let mut effects = Effects::default();
+        let mut ep0 = Ep0 {
+            variant: Variant::Ax88772a,
+            serial: "000001",
+            usb: &mut usb,
+            mac: &mut mac,
+            phy: &mut phy,
+            effects: &mut effects,
+        };
+        let mut ask = |s: Setup| ep0.handle(&s, &[]);
+        assert_eq!(ask(setup(0x00, SET_ADDRESS, 5, 0, 0)), Reply::Done(0));
+        assert_eq!(
+            ask(setup(0x80, GET_CONFIGURATION, 0, 0, 1)),
+            Reply::Data(vec![0])
+        );
+        assert_eq!(ask(setup(0x00, SET_CONFIGURATION, 1, 0, 0)), Reply::Done(0));
+        assert_eq!(
+            ask(setup(0x80, GET_CONFIGURATION, 0, 0, 1)),
+            Reply::Data(vec![1])
+        );
+        assert_eq!(ask(setup(0x00, SET_CONFIGURATION, 2, 0, 0)), Reply::Stall);
+        assert_eq!(
+            ask(setup(0x80, GET_CONFIGURATION, 0, 0, 1)),
+            Reply::Data(vec![1])
+        );
+        assert_eq!(
+            ask(setup(0x81, GET_INTERFACE, 0, 0, 1)),
+            Reply::Data(vec![0])
+        );
+        assert_eq!(ask(setup(0x81, GET_INTERFACE, 0, 1, 1)), Reply::Stall);
+        assert_eq!(ask(setup(0x01, SET_INTERFACE, 0, 0, 0)), Reply::Done(0));
+        assert_eq!(ask(setup(0x01, SET_INTERFACE, 1, 0, 0)), Reply::Stall);
+        assert_eq!(ask(setup(0x01, SET_INTERFACE, 0, 1, 0)), Reply::Stall);
+        // GET_DESCRIPTOR is a device request only.
+        assert_eq!(
+            ask(setup(0x81, GET_DESCRIPTOR, 0x0100, 0, 18)),
+            Reply::Stall
+        );
+        assert!(
+            matches!(ask(setup(0x80, GET_DESCRIPTOR, 0x0100, 0, 18)), Reply::Data(d) if d.len() == 18)
+        );
+        // Remote wakeup: set, seen in GET_STATUS, cleared.
+        assert_eq!(ask(setup(0x00, SET_FEATURE, 1, 0, 0)), Reply::Done(0));
+        assert_eq!(
+            ask(setup(0x80, GET_STATUS, 0, 0, 2)),
+            Reply::Data(vec![3, 0])
+        );
+        assert_eq!(ask(setup(0x00, CLEAR_FEATURE, 1, 0, 0)), Reply::Done(0));
+        assert_eq!(
+            ask(setup(0x80, GET_STATUS, 0, 0, 2)),
+            Reply::Data(vec![1, 0])
+        );
+        assert_eq!(
+            ask(setup(0x81, GET_STATUS, 0, 0, 2)),
+            Reply::Data(vec![0, 0])
+        );
+        assert_eq!(ask(setup(0x83, GET_STATUS, 0, 0, 2)), Reply::Stall);
+        assert_eq!(
+            ask(setup(0x00, SET_FEATURE, 2, 0, 0)),
+            Reply::Stall,
+            "test mode"
+        );
+    }
 }
