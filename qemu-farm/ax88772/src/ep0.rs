@@ -265,6 +265,14 @@ mod tests {
         assert!(
             matches!(ask(setup(0x80, GET_DESCRIPTOR, 0x0100, 0, 18)), Reply::Data(d) if d.len() == 18)
         );
+        assert!(
+            matches!(ask(setup(0x80, GET_DESCRIPTOR, 0x0600, 0, 10)), Reply::Data(d) if d.len() == 10 && d[1] == 6)
+        );
+        assert_eq!(
+            ask(setup(0x80, GET_DESCRIPTOR, 0x0201, 0, 9)),
+            Reply::Stall,
+            "one configuration"
+        );
         // Remote wakeup: set, seen in GET_STATUS, cleared.
         assert_eq!(ask(setup(0x00, SET_FEATURE, 1, 0, 0)), Reply::Done(0));
         assert_eq!(
