@@ -122,6 +122,10 @@ pub struct RecordArgs {
     /// The farm check families the matrix planned [default: every check]
     #[arg(long, value_delimiter = ',', value_name = "CHECK")]
     pub checks: Vec<String>,
+    /// Where results.json and results-base.json of the assembled runs go
+    /// [default: <cache>/runs/<series>-v<N>-record]
+    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -481,7 +485,18 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         }
         Command::Record(a) => {
             crate::contract::keyword_for(&a.checks)?;
+            let out = match a.out {
+                Some(o) => o,
+                None => {
+                    let s = crate::series::load(&a.series)?;
+                    let name = crate::record::series_name(&a.series);
+                    paths
+                        .runs_dir()
+                        .join(format!("{name}-v{}-record", s.version))
+                }
+            };
             crate::run::record_parts(
+                &out,
                 &crate::store::cli::store_path(
                     cli.global.store.clone(),
                     Some(paths.cache.clone()),

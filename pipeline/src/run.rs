@@ -165,6 +165,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         &opts.store,
         &dir,
         &out,
+        &out,
         &summary,
         &boots,
         &base_boots,
@@ -180,6 +181,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
 /// variant builds and variant x check-group farm runs), assembled into one
 /// revision run against the plan and recorded with its verdict.
 pub fn record_parts(
+    out: &Path,
     store: &Path,
     dir: &Path,
     builds: &[PathBuf],
@@ -226,10 +228,13 @@ pub fn record_parts(
         .min()
         .unwrap_or(crate::results::Status::Pass);
     let started = crate::results::Timestamp::now();
+    std::fs::create_dir_all(out)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
     record(
         store,
         dir,
         &builds[0],
+        out,
         &summary,
         &[],
         &[],
@@ -260,6 +265,8 @@ fn record(
     store: &Path,
     dir: &Path,
     out: &Path,
+    // Where results.json and results-base.json are written.
+    write_to: &Path,
     b: &series_build::SeriesBuild,
     boots: &[crate::record::Boot],
     base_boots: &[crate::record::Boot],
@@ -288,8 +295,8 @@ fn record(
     base.measurements.extend(farm_base.measurements);
     rev.tests.extend(farm_rev.tests);
     rev.measurements.extend(farm_rev.measurements);
-    base.write(&out.join("results-base.json"))?;
-    rev.write(&out.join("results.json"))?;
+    base.write(&write_to.join("results-base.json"))?;
+    rev.write(&write_to.join("results.json"))?;
     let mut st = crate::store::open(store, crate::store::OpenMode::Create)?;
     st.record_run(&base)?;
     st.record_run(&rev)?;

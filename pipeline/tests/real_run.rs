@@ -16,10 +16,13 @@ fn series() -> PathBuf {
 }
 
 fn record(store: &Path, farm: &Path) -> Output {
+    let out = store.with_extension("out");
     Command::new(env!("CARGO_BIN_EXE_phyfarm"))
         .arg("--store")
         .arg(store)
         .arg("record")
+        .arg("-o")
+        .arg(&out)
         .arg("--series")
         .arg(series())
         .arg("--build")
@@ -126,4 +129,8 @@ fn an_unplanned_id_is_refused_and_nothing_is_recorded() {
         "{out}"
     );
     assert!(!store.exists(), "a refused run must record nothing");
+    assert!(
+        !fixture().join("results.json").exists(),
+        "the fixture folder is input only"
+    );
 }
