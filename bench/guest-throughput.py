@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "pytest-tests"))
 
 from phyfarm_farm import procs  # noqa: E402
 from phyfarm_farm.emulator import Emulator  # noqa: E402
-from phyfarm_farm.errors import AgentError, FarmError  # noqa: E402
+from phyfarm_farm.errors import FarmError  # noqa: E402
 from phyfarm_farm.farm import IP, NETNS, Farm  # noqa: E402
 from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, qemu_version  # noqa: E402
 
@@ -215,32 +215,14 @@ def stop(c: Config) -> None:
         shutil.rmtree(c.sockdir, ignore_errors=True)
 
 
-def guest_clock(c: Config) -> tuple[float, float]:
-    """(host monotonic, guest uptime) at about the same instant."""
-    assert c.farm is not None
-    h0 = time.monotonic()
-    up = c.farm.guest.read("/proc/uptime")
-    h1 = time.monotonic()
-    try:
-        return (h0 + h1) / 2, float(up.split()[0])
-    except (IndexError, ValueError):
-        raise AgentError(f"/proc/uptime read {up!r}") from None
-
-
 def measure(c: Config, d: str, reverse: bool, args) -> float:
-    """One iperf3 run; Mbit/s in host time.
-
-    iperf3 times itself with the guest's clock, and a TCG guest whose TSC
-    calibration failed at boot keeps time with jiffies, which lose ticks on a
-    loaded host (seen: 5 guest seconds for 5.8 host seconds). The guest
-    clock's rate against the host's, measured around the run, converts the
-    rate to host time, so guests with different clocks compare fairly.
-    """
+    """One iperf3 run; Mbit/s in host time (Farm.iperf_host_time measures the
+    guest clock's rate around the run, so guests with different clocks
+    compare fairly)."""
     assert c.farm is not None
-    h0, g0 = guest_clock(c)
-    data = c.farm.iperf("-O", str(args.omit), seconds=args.seconds, reverse=reverse)
-    h1, g1 = guest_clock(c)
-    clock = (g1 - g0) / (h1 - h0)
+    data, clock = c.farm.iperf_host_time(
+        "-O", str(args.omit), seconds=args.seconds, reverse=reverse
+    )
     end = data["end"]
     rate = end["sum_received"]["bits_per_second"] / 1e6 * clock
     c.runs[d].append(rate)

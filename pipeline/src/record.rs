@@ -9,11 +9,6 @@ use crate::config::Variant;
 use crate::results::{BuildResult, Environment, RevisionInfo, Run, Status, TestResult, Timestamp};
 use crate::series_build::SeriesBuild;
 
-/// Map the pipeline's build status to the KCIDB vocabulary.
-fn status(s: crate::metadata::Status) -> Status {
-    s
-}
-
 /// One boot check: variant, status, accelerator, duration, console path.
 #[derive(Debug, Clone)]
 pub struct Boot {
@@ -121,7 +116,7 @@ fn base_build(b: &SeriesBuild, v: &str, out: &Path) -> BuildResult {
     BuildResult {
         patch: None,
         variant: v.to_string(),
-        status: b.base.get(v).map(|s| status(*s)).unwrap_or(Status::Miss),
+        status: b.base.get(v).copied().unwrap_or(Status::Miss),
         duration_s: meta
             .as_ref()
             .map(|m| m.durations.iter().map(|(_, s)| s).sum())
@@ -232,7 +227,7 @@ pub fn revision_run(
             .map(|x| BuildResult {
                 patch: Some(x.index),
                 variant: x.variant.name().into(),
-                status: status(x.status),
+                status: x.status,
                 duration_s: x.seconds,
                 warnings: x.new_warnings.len() as u32,
                 new_warnings: x.new_warnings.iter().map(|w| w.text.clone()).collect(),
