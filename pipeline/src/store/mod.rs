@@ -16,10 +16,17 @@
 //!   patchset is refused, transitions and reviews are append-only;
 //! - time never goes back: a transition or review earlier than the last
 //!   transition of its revision is refused.
+//!
+//! These rules are written once, in `store/rules.rs`, over a small write
+//! transaction (`WriteTx`) that each backend implements in SQL;
+//! both backends are append-only (a run's state is its last event) and run
+//! the same tests (`store/tests.rs`).
 
 pub mod cli;
+mod host;
 mod pg_schema;
 mod postgres;
+mod rules;
 mod schema;
 mod sqlite;
 #[cfg(test)]

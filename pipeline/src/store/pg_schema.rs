@@ -3,7 +3,7 @@
 //! (`public`, or the first of `search_path`), which must be empty or carry
 //! phyfarm's `phyfarm_schema` table with a version this phyfarm knows.
 //!
-//! Unlike the SQLite schema the result tables are append-only: a run's state
+//! As in the SQLite schema the result tables are append-only: a run's state
 //! is the last row of `run_events`, and its builds, tests and measurements
 //! belong to one event (`gen`). So the runtime needs only `SELECT` and
 //! `INSERT`, and triggers keep even a role that has only those from changing

@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 use postgres::types::ToSql;
 use postgres::{Client, IsolationLevel, NoTls, Row, Transaction};
 
+use super::host::hostname;
 use super::pg_schema::{self, pg_err, LOCK_KEY, LOCK_SQL};
-use super::sqlite::{hostname, pid_alive};
-use super::{
-    OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError, INTERRUPTED_PATH,
-};
+use super::rules::{self, EventEnv, Results, WriteTx};
+use super::{OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError};
 use crate::results::{
     BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
     TestResult, Timestamp, RESULTS_SCHEMA,
@@ -52,10 +51,6 @@ impl From<StoreError> for InTx {
 }
 
 type R<T> = Result<T, InTx>;
-
-fn json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
-}
 
 fn bad(loc: &Path, what: &'static str, detail: impl Into<String>) -> InTx {
     InTx::Store(StoreError::BadValue {
@@ -189,16 +184,6 @@ fn load_revision(tx: &mut Transaction<'_>, loc: &Path, id: i64) -> R<RevisionRec
     })
 }
 
-/// The last event of a run: (seq, state), or None.
-fn last_event(tx: &mut Transaction<'_>, id: &str) -> R<Option<(i64, String)>> {
-    Ok(tx
-        .query_opt(
-            "SELECT seq, state FROM run_events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
-            &[&id],
-        )?
-        .map(|r| (r.get(0), r.get(1))))
-}
-
 const RUNS_SQL: &str = "SELECT r.id, r.revision_id, r.base, e.environment, e.state, r.started,
         e.finished, r.reproducer, e.seq
     FROM runs r JOIN LATERAL (
@@ -304,242 +289,325 @@ fn load_results(tx: &mut Transaction<'_>, loc: &Path, run: &mut Run, gen: i64) -
     Ok(())
 }
 
-/// Insert or find the revision of `run`; refuse a changed patchset. Only
-/// inserts: the first change-id and tree recorded for a series stay.
-fn upsert_revision(tx: &mut Transaction<'_>, run: &Run) -> R<Option<i64>> {
-    let Some(info) = &run.revision else {
-        return Ok(None);
-    };
-    tx.execute(
-        "INSERT INTO series (name, change_id) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-        &[&info.series, &info.change_id],
-    )?;
-    let series_id: i64 = tx
-        .query_one("SELECT id FROM series WHERE name = $1", &[&info.series])?
-        .get(0);
-    if let Some(tree) = &info.tree {
-        tx.execute(
-            "INSERT INTO series_trees (series_id, tree) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[&series_id, tree],
-        )?;
+/// One PostgreSQL write transaction, holding the store's lock, as the
+/// store's rules see it.
+struct PgTx<'a, 'b> {
+    tx: &'a mut Transaction<'b>,
+    loc: &'a Path,
+}
+
+impl<'a> PgTx<'a, '_> {
+    fn err(&self) -> impl Fn(postgres::Error) -> StoreError + 'a {
+        let loc = self.loc;
+        move |e| pg_err(loc, e)
     }
-    let version = i64::from(info.version);
-    if let Some(row) = tx.query_opt(
-        "SELECT id, patchset_hash FROM revisions WHERE series_id = $1 AND version = $2",
-        &[&series_id, &version],
-    )? {
-        let stored: String = row.get(1);
-        if stored != info.patchset_hash {
-            return Err(StoreError::RevisionChanged {
-                revision: info.reference(),
-                run: run.id.clone(),
-                stored,
-                given: info.patchset_hash.clone(),
-            }
-            .into());
+
+    fn exec(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<(), StoreError> {
+        self.tx
+            .execute(sql, params)
+            .map(drop)
+            .map_err(|e| pg_err(self.loc, e))
+    }
+}
+
+/// A refusal as it is, anything else as a store error.
+fn store_err(loc: &Path, e: InTx) -> StoreError {
+    match e {
+        InTx::Sql(e) => pg_err(loc, e),
+        InTx::Store(e) => e,
+    }
+}
+
+impl WriteTx for PgTx<'_, '_> {
+    fn last_event(&mut self, run: &str) -> Result<Option<(i64, RunState)>, StoreError> {
+        let row = self
+            .tx
+            .query_opt(
+                "SELECT seq, state FROM run_events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1",
+                &[&run],
+            )
+            .map_err(self.err())?;
+        row.map(|r| {
+            let state: String = r.get(1);
+            RunState::parse(&state)
+                .map(|s| (r.get(0), s))
+                .ok_or_else(|| {
+                    store_err(
+                        self.loc,
+                        bad(self.loc, "run state", format!("run {run}: {state:?}")),
+                    )
+                })
+        })
+        .transpose()
+    }
+
+    fn series(&mut self, info: &RevisionInfo) -> Result<i64, StoreError> {
+        self.exec(
+            "INSERT INTO series (name, change_id) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+            &[&info.series, &info.change_id],
+        )?;
+        let id: i64 = self
+            .tx
+            .query_one("SELECT id FROM series WHERE name = $1", &[&info.series])
+            .map_err(self.err())?
+            .get(0);
+        if let Some(tree) = &info.tree {
+            self.exec(
+                "INSERT INTO series_trees (series_id, tree) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&id, tree],
+            )?;
         }
-        return Ok(Some(row.get(0)));
+        Ok(id)
     }
-    let id: i64 = tx
-        .query_one(
-            "INSERT INTO revisions (series_id, version, change_id, message_id, patchset_hash, created)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-            &[&series_id, &version, &info.change_id, &info.message_id, &info.patchset_hash, &run.started.0],
-        )?
-        .get(0);
-    for p in &info.patches {
-        tx.execute(
-            "INSERT INTO patches (revision_id, position, subject, author, author_email, message_id, patch_id, file)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            &[&id, &i64::from(p.position), &p.subject, &p.author, &p.author_email, &p.message_id, &p.patch_id, &p.file],
-        )?;
+
+    fn find_revision(
+        &mut self,
+        series: i64,
+        version: u32,
+    ) -> Result<Option<(i64, String)>, StoreError> {
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT id, patchset_hash FROM revisions WHERE series_id = $1 AND version = $2",
+                &[&series, &i64::from(version)],
+            )
+            .map_err(self.err())?
+            .map(|row| (row.get(0), row.get(1))))
     }
-    Ok(Some(id))
-}
 
-fn insert_run_row(tx: &mut Transaction<'_>, run: &Run, rev: Option<i64>) -> R<()> {
-    tx.execute(
-        "INSERT INTO runs (id, revision_id, base, started, reproducer, pid, host)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        &[
-            &run.id,
-            &rev,
-            &run.base,
-            &run.started.0,
-            &run.reproducer,
-            &i64::from(std::process::id()),
-            &hostname(),
-        ],
-    )?;
-    Ok(())
-}
-
-/// Append a run event; `env` is (accelerator, environment JSON).
-fn insert_event(
-    tx: &mut Transaction<'_>,
-    id: &str,
-    seq: i64,
-    state: RunState,
-    finished: Option<i64>,
-    env: (&str, &str),
-) -> R<()> {
-    tx.execute(
-        "INSERT INTO run_events (run_id, seq, state, finished, accelerator, environment, txid)
-         VALUES ($1, $2, $3, $4, $5, $6, 0)",
-        &[&id, &seq, &state.name(), &finished, &env.0, &env.1],
-    )?;
-    Ok(())
-}
-
-fn insert_results(tx: &mut Transaction<'_>, run: &Run, gen: i64) -> R<()> {
-    for (seq, b) in (0i64..).zip(&run.builds) {
-        tx.execute(
-            "INSERT INTO builds (run_id, gen, seq, patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            &[&run.id, &gen, &seq, &b.patch.map(i64::from), &b.variant, &b.status.name(), &b.duration_s,
-              &i64::from(b.warnings), &json(&b.new_warnings), &b.log_path, &b.log_excerpt],
-        )?;
+    fn insert_revision(
+        &mut self,
+        series: i64,
+        info: &RevisionInfo,
+        created: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let id: i64 = self
+            .tx
+            .query_one(
+                "INSERT INTO revisions (series_id, version, change_id, message_id, patchset_hash, created)
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                &[&series, &i64::from(info.version), &info.change_id, &info.message_id, &info.patchset_hash, &created.0],
+            )
+            .map_err(self.err())?
+            .get(0);
+        for p in &info.patches {
+            self.exec(
+                "INSERT INTO patches (revision_id, position, subject, author, author_email, message_id, patch_id, file)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[&id, &i64::from(p.position), &p.subject, &p.author, &p.author_email, &p.message_id, &p.patch_id, &p.file],
+            )?;
+        }
+        Ok(id)
     }
-    for (seq, t) in (0i64..).zip(&run.tests) {
-        tx.execute(
-            "INSERT INTO tests (run_id, gen, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            &[&run.id, &gen, &seq, &t.path, &t.variant, &t.status.name(), &t.duration_s, &t.log_path,
-              &t.log_excerpt, &i64::from(t.attempt)],
-        )?;
+
+    fn insert_run(
+        &mut self,
+        run: &Run,
+        revision: Option<i64>,
+        pid: i64,
+        host: &str,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO runs (id, revision_id, base, started, reproducer, pid, host)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &run.id,
+                &revision,
+                &run.base,
+                &run.started.0,
+                &run.reproducer,
+                &pid,
+                &host,
+            ],
+        )
     }
-    for (seq, m) in (0i64..).zip(&run.measurements) {
-        tx.execute(
-            "INSERT INTO measurements (run_id, gen, seq, name, variant, value, unit, samples, lower_is_better)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            &[&run.id, &gen, &seq, &m.name, &m.variant, &m.value, &m.unit, &json(&m.samples), &m.lower_is_better],
-        )?;
+
+    fn insert_event(
+        &mut self,
+        run: &str,
+        seq: i64,
+        state: RunState,
+        finished: Option<Timestamp>,
+        env: &EventEnv,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO run_events (run_id, seq, state, finished, accelerator, environment, txid)
+             VALUES ($1, $2, $3, $4, $5, $6, 0)",
+            &[
+                &run,
+                &seq,
+                &state.name(),
+                &finished.map(|t| t.0),
+                &env.accelerator,
+                &env.environment,
+            ],
+        )
     }
-    Ok(())
+
+    fn insert_results(
+        &mut self,
+        run: &str,
+        gen: i64,
+        results: &Results<'_>,
+    ) -> Result<(), StoreError> {
+        for (seq, b) in (0i64..).zip(results.builds) {
+            self.exec(
+                "INSERT INTO builds (run_id, gen, seq, patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[&run, &gen, &seq, &b.patch.map(i64::from), &b.variant, &b.status.name(), &b.duration_s,
+                  &i64::from(b.warnings), &rules::json(&b.new_warnings), &b.log_path, &b.log_excerpt],
+            )?;
+        }
+        for (seq, t) in (0i64..).zip(results.tests) {
+            self.exec(
+                "INSERT INTO tests (run_id, gen, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                &[&run, &gen, &seq, &t.path, &t.variant, &t.status.name(), &t.duration_s, &t.log_path,
+                  &t.log_excerpt, &i64::from(t.attempt)],
+            )?;
+        }
+        for (seq, m) in (0i64..).zip(results.measurements) {
+            self.exec(
+                "INSERT INTO measurements (run_id, gen, seq, name, variant, value, unit, samples, lower_is_better)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[&run, &gen, &seq, &m.name, &m.variant, &m.value, &m.unit, &rules::json(&m.samples), &m.lower_is_better],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn event_env(&mut self, run: &str, seq: i64) -> Result<(Timestamp, EventEnv), StoreError> {
+        let row = self
+            .tx
+            .query_one(
+                "SELECT r.started, e.accelerator, e.environment
+                 FROM runs r JOIN run_events e ON e.run_id = r.id AND e.seq = $2
+                 WHERE r.id = $1",
+                &[&run, &seq],
+            )
+            .map_err(self.err())?;
+        Ok((
+            Timestamp(row.get(0)),
+            EventEnv {
+                accelerator: row.get(1),
+                environment: row.get(2),
+            },
+        ))
+    }
+
+    fn resolve(&mut self, r: &RevisionRef) -> Result<i64, StoreError> {
+        resolve(self.tx, r).map_err(|e| store_err(self.loc, e))
+    }
+
+    fn transition_stats(
+        &mut self,
+        revision: i64,
+    ) -> Result<(usize, Option<Timestamp>), StoreError> {
+        let row = self
+            .tx
+            .query_one(
+                "SELECT count(*), max(at) FROM transitions WHERE revision_id = $1",
+                &[&revision],
+            )
+            .map_err(self.err())?;
+        Ok((
+            row.get::<_, i64>(0) as usize,
+            row.get::<_, Option<i64>>(1).map(Timestamp),
+        ))
+    }
+
+    fn insert_transition(
+        &mut self,
+        revision: i64,
+        seq: i64,
+        t: &Transition,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO transitions (revision_id, seq, at, state, reason)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&revision, &seq, &t.at.0, &t.state.name(), &t.reason],
+        )
+    }
+
+    fn review_count(&mut self, revision: i64) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT count(*) FROM reviews WHERE revision_id = $1",
+                &[&revision],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn insert_review(
+        &mut self,
+        revision: i64,
+        seq: i64,
+        review: &Review,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO reviews (revision_id, seq, at, reviewer, kind, reason)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &revision,
+                &seq,
+                &review.at.0,
+                &review.by,
+                &review.kind.name(),
+                &review.reason,
+            ],
+        )
+    }
 }
 
-/// (count, latest `at`) of a revision's transitions.
-fn transition_stats(tx: &mut Transaction<'_>, rev: i64) -> R<(usize, Option<i64>)> {
-    let row = tx.query_one(
-        "SELECT count(*), max(at) FROM transitions WHERE revision_id = $1",
-        &[&rev],
-    )?;
-    Ok((row.get::<_, i64>(0) as usize, row.get(1)))
-}
-
-fn check_run(run: &Run) -> Result<(), StoreError> {
-    run.validate().map_err(|reason| StoreError::InvalidRun {
-        id: run.id.clone(),
-        reason,
-    })
-}
-
-fn env_of(run: &Run) -> (String, String) {
-    (run.environment.accelerator.clone(), json(&run.environment))
+impl PgStore {
+    /// Run `f` under the store's rules in one write transaction.
+    fn write_rules<T>(
+        &self,
+        f: impl FnOnce(&mut dyn WriteTx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.write(|tx, loc| Ok(f(&mut PgTx { tx, loc })?))
+    }
 }
 
 impl Store for PgStore {
     fn record_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        check_run(run)?;
-        let (acc, env) = env_of(run);
-        self.write(|tx, _| {
-            if last_event(tx, &run.id)?.is_some() {
-                return Err(StoreError::DuplicateRun { id: run.id.clone() }.into());
-            }
-            let rev = upsert_revision(tx, run)?;
-            insert_run_row(tx, run, rev)?;
-            let finished = run.finished.map(|t| t.0);
-            insert_event(tx, &run.id, 0, RunState::Complete, finished, (&acc, &env))?;
-            insert_results(tx, run, 0)
-        })
+        rules::check_run(run)?;
+        self.write_rules(|tx| rules::record_run(tx, run))
     }
 
     fn begin_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        check_run(run)?;
-        let (acc, env) = env_of(run);
-        self.write(|tx, _| {
-            if last_event(tx, &run.id)?.is_some() {
-                return Err(StoreError::DuplicateRun { id: run.id.clone() }.into());
-            }
-            let rev = upsert_revision(tx, run)?;
-            insert_run_row(tx, run, rev)?;
-            let finished = run.finished.map(|t| t.0);
-            insert_event(tx, &run.id, 0, RunState::Running, finished, (&acc, &env))
-        })
+        rules::check_run(run)?;
+        self.write_rules(|tx| rules::begin_run(tx, run))
     }
 
     fn finish_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        check_run(run)?;
-        let (acc, env) = env_of(run);
-        self.write(|tx, _| {
-            let seq = match last_event(tx, &run.id)? {
-                None => return Err(StoreError::NotBegun { id: run.id.clone() }.into()),
-                Some((_, s)) if s == "complete" => {
-                    return Err(StoreError::DuplicateRun { id: run.id.clone() }.into())
-                }
-                Some((seq, _)) => seq + 1,
-            };
-            let finished = run.finished.map(|t| t.0);
-            insert_event(tx, &run.id, seq, RunState::Complete, finished, (&acc, &env))?;
-            insert_results(tx, run, seq)
-        })
+        rules::check_run(run)?;
+        self.write_rules(|tx| rules::finish_run(tx, run))
     }
 
     fn recover(&mut self) -> Result<Vec<String>, StoreError> {
         let host = hostname();
         let running: Vec<(String, Option<i64>)> = self.read(|tx, _| {
-            let rows = tx.query(
-                &format!("{RUNS_SQL} WHERE e.state = 'running' AND r.host = $1"),
-                &[&host],
-            )?;
-            let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-            let mut out = Vec::new();
-            for id in ids {
-                let pid: Option<i64> = tx
-                    .query_one("SELECT pid FROM runs WHERE id = $1", &[&id])?
-                    .get(0);
-                out.push((id, pid));
-            }
-            Ok(out)
+            Ok(tx
+                .query(
+                    "SELECT r.id, r.pid FROM runs r JOIN LATERAL (
+                         SELECT state FROM run_events e WHERE e.run_id = r.id ORDER BY e.seq DESC LIMIT 1
+                     ) e ON true
+                     WHERE e.state = 'running' AND r.host = $1",
+                    &[&host],
+                )?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect())
         })?;
-        let dead: Vec<(String, i64)> = running
-            .into_iter()
-            .filter(|(_, pid)| !pid.is_some_and(pid_alive))
-            .map(|(id, pid)| (id, pid.unwrap_or(0)))
-            .collect();
+        let dead = rules::dead_runs(running);
         if dead.is_empty() {
             return Ok(vec![]);
         }
         let now = Timestamp::now();
-        self.write(|tx, _| {
-            let mut done = Vec::new();
-            for (id, pid) in &dead {
-                // Re-check under the lock: the writer may have finished meanwhile.
-                let seq = match last_event(tx, id)? {
-                    Some((seq, s)) if s == "running" => seq + 1,
-                    _ => continue,
-                };
-                let row = tx.query_one(
-                    "SELECT greatest(r.started, $2), e.accelerator, e.environment
-                     FROM runs r JOIN run_events e ON e.run_id = r.id AND e.seq = $3
-                     WHERE r.id = $1",
-                    &[id, &now.0, &(seq - 1)],
-                )?;
-                let (finished, acc, env): (i64, String, String) =
-                    (row.get(0), row.get(1), row.get(2));
-                insert_event(tx, id, seq, RunState::Interrupted, Some(finished), (&acc, &env))?;
-                let excerpt = format!(
-                    "run {id} was begun by process {pid} on {host} and never finished; recorded as interrupted at {now}"
-                );
-                tx.execute(
-                    "INSERT INTO tests (run_id, gen, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
-                     VALUES ($1, $2, 0, $3, NULL, 'MISS', NULL, NULL, $4, 0)",
-                    &[id, &seq, &INTERRUPTED_PATH, &excerpt],
-                )?;
-                done.push(id.clone());
-            }
-            Ok(done)
-        })
+        self.write_rules(|tx| rules::record_interrupted(tx, &dead, now))
     }
 
     fn revisions(&self) -> Result<Vec<RevisionRecord>, StoreError> {
@@ -633,68 +701,11 @@ impl Store for PgStore {
         expected: usize,
         new: &[Transition],
     ) -> Result<(), StoreError> {
-        self.write(|tx, _| {
-            let id = resolve(tx, r)?;
-            let (count, mut last) = transition_stats(tx, id)?;
-            if count != expected {
-                return Err(StoreError::Conflict {
-                    revision: r.clone(),
-                }
-                .into());
-            }
-            for (seq, t) in (count as i64..).zip(new) {
-                if let Some(l) = last.filter(|&l| t.at.0 < l) {
-                    return Err(StoreError::TimeGoesBack {
-                        revision: r.clone(),
-                        at: t.at,
-                        last: Timestamp(l),
-                    }
-                    .into());
-                }
-                tx.execute(
-                    "INSERT INTO transitions (revision_id, seq, at, state, reason)
-                     VALUES ($1, $2, $3, $4, $5)",
-                    &[&id, &seq, &t.at.0, &t.state.name(), &t.reason],
-                )?;
-                last = Some(t.at.0);
-            }
-            Ok(())
-        })
+        self.write_rules(|tx| rules::append_transitions(tx, r, expected, new))
     }
 
     fn add_review(&mut self, r: &RevisionRef, review: &Review) -> Result<(), StoreError> {
-        self.write(|tx, _| {
-            let id = resolve(tx, r)?;
-            if let (_, Some(last)) = transition_stats(tx, id)? {
-                if review.at.0 < last {
-                    return Err(StoreError::TimeGoesBack {
-                        revision: r.clone(),
-                        at: review.at,
-                        last: Timestamp(last),
-                    }
-                    .into());
-                }
-            }
-            let seq: i64 = tx
-                .query_one(
-                    "SELECT count(*) FROM reviews WHERE revision_id = $1",
-                    &[&id],
-                )?
-                .get(0);
-            tx.execute(
-                "INSERT INTO reviews (revision_id, seq, at, reviewer, kind, reason)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    &id,
-                    &seq,
-                    &review.at.0,
-                    &review.by,
-                    &review.kind.name(),
-                    &review.reason,
-                ],
-            )?;
-            Ok(())
-        })
+        self.write_rules(|tx| rules::add_review(tx, r, review))
     }
 
     fn reviews(&self, r: &RevisionRef) -> Result<Vec<Review>, StoreError> {

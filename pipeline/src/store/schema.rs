@@ -1,6 +1,13 @@
 //! The SQLite schema, its migrations and the checks made before a file is
 //! trusted: it must be an SQLite file, carry phyfarm's `application_id` (or be
 //! empty), and have a `user_version` this phyfarm knows.
+//!
+//! Since version 2 the schema is append-only, as PostgreSQL's: a run's state
+//! is the last row of `run_events`, and its builds, tests and measurements
+//! belong to one event (`gen`). With no roles to withhold UPDATE and DELETE,
+//! triggers refuse both on every recorded table, for any connection; an
+//! event must follow the run's lifecycle (running → interrupted → complete,
+//! complete is final) and results join only the latest event of their run.
 
 use std::io::Read;
 use std::path::Path;
@@ -13,7 +20,8 @@ use super::StoreError;
 pub const APPLICATION_ID: i32 = 0x7068_7966;
 
 /// Migration i takes `user_version` i to i + 1; append, never edit.
-const MIGRATIONS: &[&str] = &[r#"
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE series (
     id        INTEGER PRIMARY KEY,
     name      TEXT NOT NULL UNIQUE,
@@ -113,7 +121,149 @@ CREATE TABLE reviews (
     reason      TEXT NOT NULL,
     PRIMARY KEY (revision_id, seq)
 );
-"#];
+"#,
+    r#"
+-- Version 2: append-only, as the PostgreSQL store. A run's state is the last
+-- row of run_events; its builds, tests and measurements belong to one event
+-- (gen). What version 1 held becomes event 0 and its results.
+CREATE TABLE series_trees (
+    series_id INTEGER PRIMARY KEY REFERENCES series(id),
+    tree      TEXT NOT NULL
+);
+INSERT INTO series_trees (series_id, tree) SELECT id, tree FROM series WHERE tree IS NOT NULL;
+ALTER TABLE series DROP COLUMN tree;
+
+CREATE TABLE run_events (
+    run_id      TEXT NOT NULL REFERENCES runs(id),
+    seq         INTEGER NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('running', 'complete', 'interrupted')),
+    finished    INTEGER,
+    accelerator TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+INSERT INTO run_events (run_id, seq, state, finished, accelerator, environment)
+    SELECT id, 0, state, finished, accelerator, environment FROM runs;
+ALTER TABLE runs DROP COLUMN state;
+ALTER TABLE runs DROP COLUMN finished;
+ALTER TABLE runs DROP COLUMN accelerator;
+ALTER TABLE runs DROP COLUMN environment;
+
+CREATE TABLE builds_v2 (
+    run_id       TEXT NOT NULL,
+    gen          INTEGER NOT NULL,
+    seq          INTEGER NOT NULL,
+    patch        INTEGER,
+    variant      TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    duration_s   REAL NOT NULL,
+    warnings     INTEGER NOT NULL,
+    new_warnings TEXT NOT NULL,
+    log_path     TEXT,
+    log_excerpt  TEXT NOT NULL,
+    PRIMARY KEY (run_id, gen, seq),
+    FOREIGN KEY (run_id, gen) REFERENCES run_events(run_id, seq)
+);
+INSERT INTO builds_v2 SELECT run_id, 0, seq, patch, variant, status, duration_s, warnings,
+    new_warnings, log_path, log_excerpt FROM builds;
+DROP TABLE builds;
+ALTER TABLE builds_v2 RENAME TO builds;
+
+CREATE TABLE tests_v2 (
+    run_id      TEXT NOT NULL,
+    gen         INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    path        TEXT NOT NULL,
+    variant     TEXT,
+    status      TEXT NOT NULL,
+    duration_s  REAL,
+    log_path    TEXT,
+    log_excerpt TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, gen, seq),
+    FOREIGN KEY (run_id, gen) REFERENCES run_events(run_id, seq)
+);
+INSERT INTO tests_v2 SELECT run_id, 0, seq, path, variant, status, duration_s, log_path,
+    log_excerpt, attempt FROM tests;
+DROP TABLE tests;
+ALTER TABLE tests_v2 RENAME TO tests;
+CREATE INDEX tests_path ON tests(path);
+
+CREATE TABLE measurements_v2 (
+    run_id          TEXT NOT NULL,
+    gen             INTEGER NOT NULL,
+    seq             INTEGER NOT NULL,
+    name            TEXT NOT NULL,
+    variant         TEXT,
+    value           REAL NOT NULL,
+    unit            TEXT NOT NULL,
+    samples         TEXT NOT NULL,
+    lower_is_better INTEGER NOT NULL,
+    PRIMARY KEY (run_id, gen, seq),
+    FOREIGN KEY (run_id, gen) REFERENCES run_events(run_id, seq)
+);
+INSERT INTO measurements_v2 SELECT run_id, 0, seq, name, variant, value, unit, samples,
+    lower_is_better FROM measurements;
+DROP TABLE measurements;
+ALTER TABLE measurements_v2 RENAME TO measurements;
+
+-- A run event follows the run's lifecycle: running -> interrupted ->
+-- complete, complete is final.
+CREATE TRIGGER run_events_lifecycle BEFORE INSERT ON run_events
+WHEN NOT coalesce((
+    (NOT EXISTS (SELECT 1 FROM run_events WHERE run_id = NEW.run_id)
+        AND NEW.seq = 0 AND NEW.state IN ('running', 'complete'))
+    OR (NEW.seq = (SELECT max(seq) + 1 FROM run_events WHERE run_id = NEW.run_id)
+        AND ((NEW.state IN ('interrupted', 'complete')
+              AND (SELECT state FROM run_events WHERE run_id = NEW.run_id
+                   ORDER BY seq DESC LIMIT 1) = 'running')
+          OR (NEW.state = 'complete'
+              AND (SELECT state FROM run_events WHERE run_id = NEW.run_id
+                   ORDER BY seq DESC LIMIT 1) = 'interrupted')))), 0)
+BEGIN
+    SELECT RAISE(ABORT, 'a run event must follow the run lifecycle: stored runs are append-only');
+END;
+"#,
+];
+
+/// The tables a store records into. Each refuses UPDATE and DELETE (see
+/// [`append_only_triggers`]); version 2 made the store append-only.
+pub(super) const RECORDED_TABLES: &[&str] = &[
+    "series",
+    "series_trees",
+    "revisions",
+    "patches",
+    "runs",
+    "run_events",
+    "builds",
+    "tests",
+    "measurements",
+    "transitions",
+    "reviews",
+];
+
+/// Triggers that make every recorded table refuse UPDATE and DELETE, and
+/// results join only the latest event of their run.
+pub(super) fn append_only_triggers() -> String {
+    let mut sql = String::new();
+    for t in RECORDED_TABLES {
+        for op in ["UPDATE", "DELETE"] {
+            sql.push_str(&format!(
+                "CREATE TRIGGER IF NOT EXISTS {t}_no_{name} BEFORE {op} ON {t}
+                 BEGIN SELECT RAISE(ABORT, '{t} is append-only: nothing recorded is overwritten'); END;\n",
+                name = op.to_lowercase(),
+            ));
+        }
+    }
+    for t in ["builds", "tests", "measurements"] {
+        sql.push_str(&format!(
+            "CREATE TRIGGER IF NOT EXISTS {t}_latest_event BEFORE INSERT ON {t}
+             WHEN NEW.gen IS NOT (SELECT max(seq) FROM run_events WHERE run_id = NEW.run_id)
+             BEGIN SELECT RAISE(ABORT, 'results join only the latest event of their run'); END;\n"
+        ));
+    }
+    sql
+}
 
 /// The schema version this phyfarm writes.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -231,6 +381,7 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     for sql in &MIGRATIONS[version as usize..] {
         tx.execute_batch(sql).map_err(err)?;
     }
+    tx.execute_batch(&append_only_triggers()).map_err(err)?;
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(err)?;
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)

@@ -8,10 +8,10 @@ use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
 
+use super::host::hostname;
+use super::rules::{self, EventEnv, Results, WriteTx};
 use super::schema::{self, sql_err};
-use super::{
-    OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError, INTERRUPTED_PATH,
-};
+use super::{OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError};
 use crate::results::{
     BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
     TestResult, Timestamp, RESULTS_SCHEMA,
@@ -24,31 +24,6 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
-}
-
-/// This host's name, for telling whose running runs may be recovered.
-pub(super) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates
-    // on success when the name fits.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-pub(super) fn pid_alive(pid: i64) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 impl SqliteStore {
@@ -122,19 +97,16 @@ impl SqliteStore {
     }
 
     fn resolve(&self, r: &RevisionRef) -> Result<i64, StoreError> {
-        let ids = Self::revision_id(&self.conn, r).map_err(|e| self.err(e))?;
-        match ids.as_slice() {
-            [id] => Ok(*id),
-            [] => Err(StoreError::UnknownRevision(r.clone())),
-            _ => Err(StoreError::Ambiguous(r.clone())),
-        }
+        resolve(&self.conn, &self.path, r)
     }
 
     fn load_revision(&self, id: i64) -> Result<RevisionRecord, StoreError> {
         let (series, version, change_id, tree, message_id, hash, created) = self
             .conn
             .query_row(
-                "SELECT s.name, r.version, r.change_id, s.tree, r.message_id, r.patchset_hash, r.created
+                "SELECT s.name, r.version, r.change_id,
+                        (SELECT tree FROM series_trees t WHERE t.series_id = s.id),
+                        r.message_id, r.patchset_hash, r.created
                  FROM revisions r JOIN series s ON s.id = r.series_id WHERE r.id = ?1",
                 [id],
                 |row| {
@@ -190,10 +162,7 @@ impl SqliteStore {
         where_sql: &str,
         arg: &dyn rusqlite::ToSql,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let sql = format!(
-            "SELECT id, revision_id, base, environment, state, started, finished, reproducer
-             FROM runs WHERE {where_sql} ORDER BY started, id"
-        );
+        let sql = format!("{RUNS_SQL} WHERE {where_sql} ORDER BY r.started, r.id");
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
         type Row = (
             String,
@@ -204,6 +173,7 @@ impl SqliteStore {
             i64,
             Option<i64>,
             String,
+            i64,
         );
         let rows: Vec<Row> = stmt
             .query_map([arg], |r| {
@@ -216,12 +186,13 @@ impl SqliteStore {
                     r.get(5)?,
                     r.get(6)?,
                     r.get(7)?,
+                    r.get(8)?,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| self.err(e))?;
         let mut out = Vec::with_capacity(rows.len());
-        for (id, rev, base, env, state, started, finished, reproducer) in rows {
+        for (id, rev, base, env, state, started, finished, reproducer, gen) in rows {
             let environment: Environment = serde_json::from_str(&env)
                 .map_err(|e| self.bad("run environment", format!("run {id}: {e}")))?;
             let state = RunState::parse(&state)
@@ -243,7 +214,7 @@ impl SqliteStore {
                 tests: vec![],
                 measurements: vec![],
             };
-            self.load_results(&mut run)?;
+            self.load_results(&mut run, gen)?;
             out.push(RunRecord { state, run });
         }
         Ok(out)
@@ -253,13 +224,13 @@ impl SqliteStore {
         Status::parse(s).ok_or_else(|| self.bad("status", s))
     }
 
-    fn load_results(&self, run: &mut Run) -> Result<(), StoreError> {
+    fn load_results(&self, run: &mut Run, gen: i64) -> Result<(), StoreError> {
         let e = |e| self.err(e);
         let mut stmt = self
             .conn
             .prepare_cached(
                 "SELECT patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt
-                 FROM builds WHERE run_id = ?1 ORDER BY seq",
+                 FROM builds WHERE run_id = ?1 AND gen = ?2 ORDER BY seq",
             )
             .map_err(e)?;
         type B = (
@@ -273,7 +244,7 @@ impl SqliteStore {
             String,
         );
         let rows: Vec<B> = stmt
-            .query_map([&run.id], |r| {
+            .query_map(params![run.id, gen], |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
@@ -304,7 +275,7 @@ impl SqliteStore {
             .conn
             .prepare_cached(
                 "SELECT path, variant, status, duration_s, log_path, log_excerpt, attempt
-                 FROM tests WHERE run_id = ?1 ORDER BY seq",
+                 FROM tests WHERE run_id = ?1 AND gen = ?2 ORDER BY seq",
             )
             .map_err(e)?;
         type T = (
@@ -317,7 +288,7 @@ impl SqliteStore {
             u32,
         );
         let rows: Vec<T> = stmt
-            .query_map([&run.id], |r| {
+            .query_map(params![run.id, gen], |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
@@ -345,12 +316,12 @@ impl SqliteStore {
             .conn
             .prepare_cached(
                 "SELECT name, variant, value, unit, samples, lower_is_better
-                 FROM measurements WHERE run_id = ?1 ORDER BY seq",
+                 FROM measurements WHERE run_id = ?1 AND gen = ?2 ORDER BY seq",
             )
             .map_err(e)?;
         type M = (String, Option<String>, f64, String, String, bool);
         let rows: Vec<M> = stmt
-            .query_map([&run.id], |r| {
+            .query_map(params![run.id, gen], |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
@@ -377,274 +348,351 @@ impl SqliteStore {
     }
 }
 
-fn json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+/// The latest event of each run joined to the run: what [`RunRecord`]s are
+/// read from.
+const RUNS_SQL: &str = "SELECT r.id, r.revision_id, r.base, e.environment, e.state, r.started,
+        e.finished, r.reproducer, e.seq
+    FROM runs r JOIN run_events e ON e.run_id = r.id
+        AND e.seq = (SELECT max(seq) FROM run_events x WHERE x.run_id = r.id)";
+
+/// One SQLite write transaction, as the store's rules see it.
+struct SqlTx<'a> {
+    tx: &'a Transaction<'a>,
+    path: &'a Path,
 }
 
-/// Insert or find the revision of `run`; refuse a changed patchset.
-fn upsert_revision(tx: &Transaction<'_>, run: &Run) -> Result<Option<i64>, InTx> {
-    let Some(info) = &run.revision else {
-        return Ok(None);
-    };
-    tx.execute(
-        "INSERT INTO series (name, change_id, tree) VALUES (?1, ?2, ?3)
-         ON CONFLICT (name) DO UPDATE SET
-           change_id = coalesce(series.change_id, excluded.change_id),
-           tree = coalesce(series.tree, excluded.tree)",
-        params![info.series, info.change_id, info.tree],
-    )?;
-    let series_id: i64 = tx.query_row(
-        "SELECT id FROM series WHERE name = ?1",
-        [&info.series],
-        |r| r.get(0),
-    )?;
-    let existing: Option<(i64, String)> = tx
-        .query_row(
-            "SELECT id, patchset_hash FROM revisions WHERE series_id = ?1 AND version = ?2",
-            params![series_id, info.version],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    if let Some((id, stored)) = existing {
-        if stored != info.patchset_hash {
-            return Err(InTx::Store(StoreError::RevisionChanged {
-                revision: info.reference(),
-                run: run.id.clone(),
-                stored,
-                given: info.patchset_hash.clone(),
-            }));
+impl SqlTx<'_> {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |e| sql_err(self.path, e)
+    }
+
+    fn bad(&self, what: &'static str, detail: impl Into<String>) -> StoreError {
+        StoreError::BadValue {
+            path: self.path.to_path_buf(),
+            what,
+            detail: detail.into(),
         }
-        return Ok(Some(id));
     }
-    tx.execute(
-        "INSERT INTO revisions (series_id, version, change_id, message_id, patchset_hash, created)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![
-            series_id,
-            info.version,
-            info.change_id,
-            info.message_id,
-            info.patchset_hash,
-            run.started.0
-        ],
-    )?;
-    let id = tx.last_insert_rowid();
-    for p in &info.patches {
-        tx.execute(
-            "INSERT INTO patches (revision_id, position, subject, author, author_email, message_id, patch_id, file)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![id, p.position, p.subject, p.author, p.author_email, p.message_id, p.patch_id, p.file],
-        )?;
-    }
-    Ok(Some(id))
 }
 
-fn insert_run_row(
-    tx: &Transaction<'_>,
-    run: &Run,
-    rev: Option<i64>,
-    state: RunState,
-) -> rusqlite::Result<()> {
-    tx.execute(
-        "INSERT INTO runs (id, revision_id, base, accelerator, environment, state, started, finished, reproducer, pid, host)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        params![
-            run.id,
-            rev,
-            run.base,
-            run.environment.accelerator,
-            json(&run.environment),
-            state.name(),
-            run.started.0,
-            run.finished.map(|t| t.0),
-            run.reproducer,
-            i64::from(std::process::id()),
-            hostname(),
-        ],
-    )?;
-    Ok(())
+impl WriteTx for SqlTx<'_> {
+    fn last_event(&mut self, run: &str) -> Result<Option<(i64, RunState)>, StoreError> {
+        let row: Option<(i64, String)> = self
+            .tx
+            .query_row(
+                "SELECT seq, state FROM run_events WHERE run_id = ?1 ORDER BY seq DESC LIMIT 1",
+                [run],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.err())?;
+        row.map(|(seq, state)| {
+            RunState::parse(&state)
+                .map(|s| (seq, s))
+                .ok_or_else(|| self.bad("run state", format!("run {run}: {state:?}")))
+        })
+        .transpose()
+    }
+
+    fn series(&mut self, info: &RevisionInfo) -> Result<i64, StoreError> {
+        let e = self.err();
+        self.tx
+            .execute(
+                "INSERT INTO series (name, change_id) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+                params![info.series, info.change_id],
+            )
+            .map_err(&e)?;
+        let id: i64 = self
+            .tx
+            .query_row(
+                "SELECT id FROM series WHERE name = ?1",
+                [&info.series],
+                |r| r.get(0),
+            )
+            .map_err(&e)?;
+        if let Some(tree) = &info.tree {
+            self.tx
+                .execute(
+                    "INSERT INTO series_trees (series_id, tree) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                    params![id, tree],
+                )
+                .map_err(&e)?;
+        }
+        Ok(id)
+    }
+
+    fn find_revision(
+        &mut self,
+        series: i64,
+        version: u32,
+    ) -> Result<Option<(i64, String)>, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT id, patchset_hash FROM revisions WHERE series_id = ?1 AND version = ?2",
+                params![series, version],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn insert_revision(
+        &mut self,
+        series: i64,
+        info: &RevisionInfo,
+        created: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let e = self.err();
+        self.tx
+            .execute(
+                "INSERT INTO revisions (series_id, version, change_id, message_id, patchset_hash, created)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![series, info.version, info.change_id, info.message_id, info.patchset_hash, created.0],
+            )
+            .map_err(&e)?;
+        let id = self.tx.last_insert_rowid();
+        for p in &info.patches {
+            self.tx
+                .execute(
+                    "INSERT INTO patches (revision_id, position, subject, author, author_email, message_id, patch_id, file)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![id, p.position, p.subject, p.author, p.author_email, p.message_id, p.patch_id, p.file],
+                )
+                .map_err(&e)?;
+        }
+        Ok(id)
+    }
+
+    fn insert_run(
+        &mut self,
+        run: &Run,
+        revision: Option<i64>,
+        pid: i64,
+        host: &str,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO runs (id, revision_id, base, started, reproducer, pid, host)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    run.id,
+                    revision,
+                    run.base,
+                    run.started.0,
+                    run.reproducer,
+                    pid,
+                    host
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn insert_event(
+        &mut self,
+        run: &str,
+        seq: i64,
+        state: RunState,
+        finished: Option<Timestamp>,
+        env: &EventEnv,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO run_events (run_id, seq, state, finished, accelerator, environment)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    run,
+                    seq,
+                    state.name(),
+                    finished.map(|t| t.0),
+                    env.accelerator,
+                    env.environment
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn insert_results(
+        &mut self,
+        run: &str,
+        gen: i64,
+        results: &Results<'_>,
+    ) -> Result<(), StoreError> {
+        let e = self.err();
+        for (seq, b) in (0i64..).zip(results.builds) {
+            self.tx.execute(
+                "INSERT INTO builds (run_id, gen, seq, patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![run, gen, seq, b.patch, b.variant, b.status.name(), b.duration_s, b.warnings,
+                        rules::json(&b.new_warnings), b.log_path, b.log_excerpt],
+            ).map_err(&e)?;
+        }
+        for (seq, t) in (0i64..).zip(results.tests) {
+            self.tx.execute(
+                "INSERT INTO tests (run_id, gen, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![run, gen, seq, t.path, t.variant, t.status.name(), t.duration_s, t.log_path,
+                        t.log_excerpt, t.attempt],
+            ).map_err(&e)?;
+        }
+        for (seq, m) in (0i64..).zip(results.measurements) {
+            self.tx.execute(
+                "INSERT INTO measurements (run_id, gen, seq, name, variant, value, unit, samples, lower_is_better)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![run, gen, seq, m.name, m.variant, m.value, m.unit, rules::json(&m.samples), m.lower_is_better],
+            ).map_err(&e)?;
+        }
+        Ok(())
+    }
+
+    fn event_env(&mut self, run: &str, seq: i64) -> Result<(Timestamp, EventEnv), StoreError> {
+        self.tx
+            .query_row(
+                "SELECT r.started, e.accelerator, e.environment
+                 FROM runs r JOIN run_events e ON e.run_id = r.id AND e.seq = ?2
+                 WHERE r.id = ?1",
+                params![run, seq],
+                |r| {
+                    Ok((
+                        Timestamp(r.get(0)?),
+                        EventEnv {
+                            accelerator: r.get(1)?,
+                            environment: r.get(2)?,
+                        },
+                    ))
+                },
+            )
+            .map_err(self.err())
+    }
+
+    fn resolve(&mut self, r: &RevisionRef) -> Result<i64, StoreError> {
+        resolve(self.tx, self.path, r)
+    }
+
+    fn transition_stats(
+        &mut self,
+        revision: i64,
+    ) -> Result<(usize, Option<Timestamp>), StoreError> {
+        self.tx
+            .query_row(
+                "SELECT count(*), max(at) FROM transitions WHERE revision_id = ?1",
+                [revision],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as usize,
+                        r.get::<_, Option<i64>>(1)?.map(Timestamp),
+                    ))
+                },
+            )
+            .map_err(self.err())
+    }
+
+    fn insert_transition(
+        &mut self,
+        revision: i64,
+        seq: i64,
+        t: &Transition,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO transitions (revision_id, seq, at, state, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![revision, seq, t.at.0, t.state.name(), t.reason],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn review_count(&mut self, revision: i64) -> Result<i64, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT count(*) FROM reviews WHERE revision_id = ?1",
+                [revision],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    fn insert_review(
+        &mut self,
+        revision: i64,
+        seq: i64,
+        review: &Review,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO reviews (revision_id, seq, at, by, kind, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![revision, seq, review.at.0, review.by, review.kind.name(), review.reason],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
 }
 
-fn insert_results(tx: &Transaction<'_>, run: &Run) -> rusqlite::Result<()> {
-    for (seq, b) in (0i64..).zip(&run.builds) {
-        tx.execute(
-            "INSERT INTO builds (run_id, seq, patch, variant, status, duration_s, warnings, new_warnings, log_path, log_excerpt)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![run.id, seq, b.patch, b.variant, b.status.name(), b.duration_s, b.warnings,
-                    json(&b.new_warnings), b.log_path, b.log_excerpt],
-        )?;
-    }
-    for (seq, t) in (0i64..).zip(&run.tests) {
-        tx.execute(
-            "INSERT INTO tests (run_id, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![run.id, seq, t.path, t.variant, t.status.name(), t.duration_s, t.log_path,
-                    t.log_excerpt, t.attempt],
-        )?;
-    }
-    for (seq, m) in (0i64..).zip(&run.measurements) {
-        tx.execute(
-            "INSERT INTO measurements (run_id, seq, name, variant, value, unit, samples, lower_is_better)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![run.id, seq, m.name, m.variant, m.value, m.unit, json(&m.samples), m.lower_is_better],
-        )?;
-    }
-    Ok(())
-}
-
-fn delete_results(tx: &Transaction<'_>, id: &str) -> rusqlite::Result<()> {
-    for table in ["builds", "tests", "measurements"] {
-        tx.execute(&format!("DELETE FROM {table} WHERE run_id = ?1"), [id])?;
-    }
-    Ok(())
-}
-
-/// An error inside a transaction: SQL, or a refusal.
-enum InTx {
-    Sql(rusqlite::Error),
-    Store(StoreError),
-}
-
-impl From<rusqlite::Error> for InTx {
-    fn from(e: rusqlite::Error) -> InTx {
-        InTx::Sql(e)
+/// The id of a revision by `<series-name>/v<N>` or `<change-id>/v<N>`.
+fn resolve(conn: &Connection, path: &Path, r: &RevisionRef) -> Result<i64, StoreError> {
+    let ids = SqliteStore::revision_id(conn, r).map_err(|e| sql_err(path, e))?;
+    match ids.as_slice() {
+        [id] => Ok(*id),
+        [] => Err(StoreError::UnknownRevision(r.clone())),
+        _ => Err(StoreError::Ambiguous(r.clone())),
     }
 }
 
 impl SqliteStore {
-    /// Run `f` in one IMMEDIATE transaction; commit only if it succeeds.
+    /// Run `f` under the store's rules in one IMMEDIATE transaction; commit
+    /// only if it succeeds.
     fn in_tx<T>(
         &mut self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, InTx>,
+        f: impl FnOnce(&mut dyn WriteTx) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let path = self.path.clone();
         let tx = self.write_tx()?;
-        let map = |e: InTx| match e {
-            InTx::Sql(e) => sql_err(&path, e),
-            InTx::Store(e) => e,
-        };
-        let v = f(&tx).map_err(map)?;
+        let v = f(&mut SqlTx {
+            tx: &tx,
+            path: &path,
+        })?;
         tx.commit().map_err(|e| sql_err(&path, e))?;
         Ok(v)
     }
-
-    fn run_state(tx: &Transaction<'_>, id: &str) -> rusqlite::Result<Option<String>> {
-        tx.query_row("SELECT state FROM runs WHERE id = ?1", [id], |r| r.get(0))
-            .optional()
-    }
-
-    fn last_transition_at(
-        tx: &Connection,
-        rev: i64,
-    ) -> rusqlite::Result<Option<(usize, Option<i64>)>> {
-        tx.query_row(
-            "SELECT count(*), max(at) FROM transitions WHERE revision_id = ?1",
-            [rev],
-            |r| Ok(Some((r.get::<_, i64>(0)? as usize, r.get(1)?))),
-        )
-    }
-}
-
-fn check_run(run: &Run) -> Result<(), StoreError> {
-    run.validate().map_err(|reason| StoreError::InvalidRun {
-        id: run.id.clone(),
-        reason,
-    })
 }
 
 impl Store for SqliteStore {
     fn record_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        check_run(run)?;
-        self.in_tx(|tx| {
-            if Self::run_state(tx, &run.id)?.is_some() {
-                return Err(InTx::Store(StoreError::DuplicateRun { id: run.id.clone() }));
-            }
-            let rev = upsert_revision(tx, run)?;
-            insert_run_row(tx, run, rev, RunState::Complete)?;
-            insert_results(tx, run)?;
-            Ok(())
-        })
+        rules::check_run(run)?;
+        self.in_tx(|tx| rules::record_run(tx, run))
     }
 
     fn begin_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        check_run(run)?;
-        self.in_tx(|tx| {
-            if Self::run_state(tx, &run.id)?.is_some() {
-                return Err(InTx::Store(StoreError::DuplicateRun { id: run.id.clone() }));
-            }
-            let rev = upsert_revision(tx, run)?;
-            insert_run_row(tx, run, rev, RunState::Running)?;
-            Ok(())
-        })
+        rules::check_run(run)?;
+        self.in_tx(|tx| rules::begin_run(tx, run))
     }
 
     fn finish_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        check_run(run)?;
-        self.in_tx(|tx| {
-            match Self::run_state(tx, &run.id)?.as_deref() {
-                None => return Err(InTx::Store(StoreError::NotBegun { id: run.id.clone() })),
-                Some("complete") => {
-                    return Err(InTx::Store(StoreError::DuplicateRun { id: run.id.clone() }))
-                }
-                _ => {}
-            }
-            delete_results(tx, &run.id)?;
-            tx.execute(
-                "UPDATE runs SET state = 'complete', finished = ?2, environment = ?3, accelerator = ?4
-                 WHERE id = ?1",
-                params![run.id, run.finished.map(|t| t.0), json(&run.environment), run.environment.accelerator],
-            )?;
-            insert_results(tx, run)?;
-            Ok(())
-        })
+        rules::check_run(run)?;
+        self.in_tx(|tx| rules::finish_run(tx, run))
     }
 
     fn recover(&mut self) -> Result<Vec<String>, StoreError> {
-        let host = hostname();
         let mut stmt = self
             .conn
-            .prepare("SELECT id, pid, host FROM runs WHERE state = 'running'")
+            .prepare(
+                "SELECT r.id, r.pid FROM runs r JOIN run_events e ON e.run_id = r.id
+                   AND e.seq = (SELECT max(seq) FROM run_events x WHERE x.run_id = r.id)
+                 WHERE e.state = 'running' AND r.host = ?1",
+            )
             .map_err(|e| self.err(e))?;
-        let running: Vec<(String, Option<i64>, Option<String>)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        let running: Vec<(String, Option<i64>)> = stmt
+            .query_map([hostname()], |r| Ok((r.get(0)?, r.get(1)?)))
             .and_then(|rows| rows.collect())
             .map_err(|e| self.err(e))?;
         drop(stmt);
-        let dead: Vec<(String, i64)> = running
-            .into_iter()
-            .filter(|(_, pid, h)| {
-                h.as_deref() == Some(host.as_str()) && !pid.is_some_and(pid_alive)
-            })
-            .map(|(id, pid, _)| (id, pid.unwrap_or(0)))
-            .collect();
+        let dead = rules::dead_runs(running);
         if dead.is_empty() {
             return Ok(vec![]);
         }
         let now = Timestamp::now();
-        self.in_tx(|tx| {
-            let mut done = Vec::new();
-            for (id, pid) in &dead {
-                // Re-check inside the lock: the writer may have finished meanwhile.
-                if Self::run_state(tx, id)?.as_deref() != Some("running") {
-                    continue;
-                }
-                delete_results(tx, id)?;
-                tx.execute(
-                    "UPDATE runs SET state = 'interrupted', finished = max(started, ?2) WHERE id = ?1",
-                    params![id, now.0],
-                )?;
-                let excerpt = format!(
-                    "run {id} was begun by process {pid} on {host} and never finished; recorded as interrupted at {now}"
-                );
-                tx.execute(
-                    "INSERT INTO tests (run_id, seq, path, variant, status, duration_s, log_path, log_excerpt, attempt)
-                     VALUES (?1, 0, ?2, NULL, 'MISS', NULL, NULL, ?3, 0)",
-                    params![id, INTERRUPTED_PATH, excerpt],
-                )?;
-                done.push(id.clone());
-            }
-            Ok(done)
-        })
+        self.in_tx(|tx| rules::record_interrupted(tx, &dead, now))
     }
 
     fn revisions(&self) -> Result<Vec<RevisionRecord>, StoreError> {
@@ -666,15 +714,15 @@ impl Store for SqliteStore {
 
     fn runs(&self, r: &RevisionRef) -> Result<Vec<RunRecord>, StoreError> {
         let id = self.resolve(r)?;
-        self.load_runs("revision_id = ?1", &id)
+        self.load_runs("r.revision_id = ?1", &id)
     }
 
     fn base_runs(&self, base: &str) -> Result<Vec<RunRecord>, StoreError> {
-        self.load_runs("revision_id IS NULL AND base = ?1", &base)
+        self.load_runs("r.revision_id IS NULL AND r.base = ?1", &base)
     }
 
     fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
-        Ok(self.load_runs("id = ?1", &id)?.into_iter().next())
+        Ok(self.load_runs("r.id = ?1", &id)?.into_iter().next())
     }
 
     fn find_patch(
@@ -737,50 +785,11 @@ impl Store for SqliteStore {
         expected: usize,
         new: &[Transition],
     ) -> Result<(), StoreError> {
-        let id = self.resolve(r)?;
-        self.in_tx(|tx| {
-            let (count, last) = Self::last_transition_at(tx, id)?.unwrap_or((0, None));
-            if count != expected {
-                return Err(InTx::Store(StoreError::Conflict { revision: r.clone() }));
-            }
-            let mut last = last;
-            for (i, t) in new.iter().enumerate() {
-                if let Some(l) = last.filter(|&l| t.at.0 < l) {
-                    return Err(InTx::Store(StoreError::TimeGoesBack {
-                        revision: r.clone(),
-                        at: t.at,
-                        last: Timestamp(l),
-                    }));
-                }
-                tx.execute(
-                    "INSERT INTO transitions (revision_id, seq, at, state, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![id, (count + i) as i64, t.at.0, t.state.name(), t.reason],
-                )?;
-                last = Some(t.at.0);
-            }
-            Ok(())
-        })
+        self.in_tx(|tx| rules::append_transitions(tx, r, expected, new))
     }
 
     fn add_review(&mut self, r: &RevisionRef, review: &Review) -> Result<(), StoreError> {
-        let id = self.resolve(r)?;
-        self.in_tx(|tx| {
-            if let Some((_, Some(last))) = Self::last_transition_at(tx, id)? {
-                if review.at.0 < last {
-                    return Err(InTx::Store(StoreError::TimeGoesBack {
-                        revision: r.clone(),
-                        at: review.at,
-                        last: Timestamp(last),
-                    }));
-                }
-            }
-            let seq: i64 = tx.query_row("SELECT count(*) FROM reviews WHERE revision_id = ?1", [id], |r| r.get(0))?;
-            tx.execute(
-                "INSERT INTO reviews (revision_id, seq, at, by, kind, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, seq, review.at.0, review.by, review.kind.name(), review.reason],
-            )?;
-            Ok(())
-        })
+        self.in_tx(|tx| rules::add_review(tx, r, review))
     }
 
     fn reviews(&self, r: &RevisionRef) -> Result<Vec<Review>, StoreError> {

@@ -10,6 +10,7 @@ use crate::verdict::{ReviewKind, State};
 
 mod backend;
 mod pg;
+mod sqlite_only;
 
 use backend::Backend;
 
@@ -298,6 +299,99 @@ fn patches_are_found_by_message_id_or_patch_id(b: &dyn Backend) {
     assert!(st.find_patch(None, None).unwrap().is_empty());
 }
 
+/// Assert that the store still holds every row of `seen` (and more rows
+/// exactly when `grew`); then remember what it holds now.
+fn only_appended(
+    b: &dyn Backend,
+    seen: &mut std::collections::BTreeSet<String>,
+    what: &str,
+    grew: bool,
+) {
+    let now = b.rows();
+    let lost: Vec<&String> = seen.difference(&now).collect();
+    assert!(lost.is_empty(), "{what} changed or removed rows: {lost:#?}");
+    assert_eq!(now.len() > seen.len(), grew, "{what}");
+    *seen = now;
+}
+
+/// Every write, taken or refused, leaves every row recorded before it as it
+/// was: the store only appends (rerun, interruption and completion too).
+fn every_write_only_appends(b: &dyn Backend) {
+    let mut st = b.open(OpenMode::Create).unwrap();
+    let mut seen = b.rows();
+    let mut appended = |what: &str, grew: bool| only_appended(b, &mut seen, what, grew);
+    let done = run(
+        "done",
+        Some(1),
+        "2026-06-01T00:00:00Z",
+        "2026-06-01T01:00:00Z",
+    );
+    st.record_run(&done).unwrap();
+    appended("record_run", true);
+    assert!(st.record_run(&done).is_err());
+    let mut changed = run(
+        "changed",
+        Some(1),
+        "2026-06-01T02:00:00Z",
+        "2026-06-01T03:00:00Z",
+    );
+    changed.revision.as_mut().unwrap().patchset_hash = "f".repeat(64);
+    assert!(st.record_run(&changed).is_err());
+    appended("refused runs", false);
+    let mut begun = run(
+        "begun",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    st.begin_run(&begun).unwrap();
+    appended("begin_run", true);
+    drop(st);
+    b.exec(&format!(
+        "UPDATE runs SET pid = {} WHERE id = 'begun'",
+        dead_pid()
+    ));
+    let mut seen = b.rows();
+    let mut appended = |what: &str, grew: bool| only_appended(b, &mut seen, what, grew);
+    let mut st = b.open(OpenMode::Existing).unwrap();
+    assert_eq!(
+        st.run("begun").unwrap().unwrap().state,
+        RunState::Interrupted
+    );
+    appended("recovering an interrupted run", true);
+    begun.tests.push(test("farm.link.up", Status::Fail));
+    st.finish_run(&begun).unwrap();
+    appended("finishing an interrupted run", true);
+    assert_eq!(st.run("begun").unwrap().unwrap().run, begun);
+    assert!(st.finish_run(&begun).is_err());
+    appended("finishing it again", false);
+    let r: RevisionRef = "s/v1".parse().unwrap();
+    let tr = Transition {
+        at: t("2026-06-02T02:00:00Z"),
+        state: State::Testing,
+        reason: "x".into(),
+    };
+    st.append_transitions(&r, 0, std::slice::from_ref(&tr))
+        .unwrap();
+    appended("append_transitions", true);
+    let review = Review {
+        at: t("2026-06-02T03:00:00Z"),
+        by: "R".into(),
+        kind: ReviewKind::Ack,
+        reason: "ok".into(),
+    };
+    st.add_review(&r, &review).unwrap();
+    appended("add_review", true);
+    let early = Review {
+        at: t("2026-06-01T00:00:00Z"),
+        ..review
+    };
+    assert!(st.add_review(&r, &early).is_err());
+    assert!(st.append_transitions(&r, 0, &[tr]).is_err());
+    appended("refused verdict writes", false);
+    assert_eq!(st.run("done").unwrap().unwrap().run, done);
+}
+
 /// Each body as a test per backend.
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
@@ -329,6 +423,7 @@ on_every_backend!(
     two_writers_at_once_lose_nothing,
     transitions_are_append_only_and_never_go_back,
     patches_are_found_by_message_id_or_patch_id,
+    every_write_only_appends,
 );
 
 #[test]

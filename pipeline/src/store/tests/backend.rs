@@ -20,8 +20,13 @@ pub trait Backend {
     fn open(&self, mode: OpenMode) -> Result<Box<dyn Store>, StoreError> {
         open(&self.location(), mode)
     }
-    /// Run SQL on the store directly, past every phyfarm check.
+    /// Run SQL on the store directly, past every phyfarm check (as the
+    /// store's owner would: on SQLite its append-only triggers are lifted
+    /// for the statement and put back).
     fn exec(&self, sql: &str);
+    /// Every row of every table the store records into, as text: what an
+    /// append-only store only ever adds to.
+    fn rows(&self) -> std::collections::BTreeSet<String>;
     /// A digest of everything stored, to tell "left untouched".
     fn fingerprint(&self) -> String;
     /// Make the stored schema claim version `v`.
@@ -53,10 +58,44 @@ impl Backend for Sqlite {
     }
 
     fn exec(&self, sql: &str) {
-        rusqlite::Connection::open(&self.path)
+        let mut c = rusqlite::Connection::open(&self.path).unwrap();
+        let tx = c.transaction().unwrap();
+        let triggers: Vec<(String, String)> = tx
+            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
             .unwrap()
-            .execute_batch(sql)
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
             .unwrap();
+        for (name, _) in &triggers {
+            tx.execute_batch(&format!("DROP TRIGGER {name}")).unwrap();
+        }
+        tx.execute_batch(sql).unwrap();
+        for (_, sql) in &triggers {
+            tx.execute_batch(sql).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+
+    fn rows(&self) -> std::collections::BTreeSet<String> {
+        let c = rusqlite::Connection::open(&self.path).unwrap();
+        let mut out = std::collections::BTreeSet::new();
+        for t in crate::store::schema::RECORDED_TABLES {
+            let mut stmt = c.prepare(&format!("SELECT * FROM {t}")).unwrap();
+            let n = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    let cols = (0..n)
+                        .map(|i| Ok(format!("{:?}", r.get_ref(i)?)))
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    Ok(format!("{t}: {}", cols.join(", ")))
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap();
+            out.extend(rows);
+        }
+        out
     }
 
     fn fingerprint(&self) -> String {
@@ -199,6 +238,16 @@ impl Backend for Postgres {
             .borrow_mut()
             .batch_execute(&format!("SET search_path TO {}; {sql}", self.schema))
             .unwrap();
+    }
+
+    fn rows(&self) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        for t in crate::store::schema::RECORDED_TABLES {
+            for row in self.query(&format!("SELECT x::text FROM {t} x")) {
+                out.insert(format!("{t}: {}", row[0].clone().unwrap_or_default()));
+            }
+        }
+        out
     }
 
     fn fingerprint(&self) -> String {
