@@ -123,7 +123,7 @@ pub fn render_path(state: &AppState, path: &str) -> (StatusCode, Rendered, bool)
     };
     let site = Site::served(&route.path());
     let mut source = state.source.lock().unwrap_or_else(|e| e.into_inner());
-    let name = source.path().display().to_string();
+    let name = source.name().to_string();
     let built = source.read(|store| routes::build(&site, &route, store, &name, now));
     let fail = |code: u16, msg: String| {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -113,7 +113,7 @@ pub fn export(
             return Err(ExportError::BadBaseUrl(b.to_string()));
         }
     }
-    let name = source.path().display().to_string();
+    let name = source.name().to_string();
     let pages: Vec<(String, Rendered)> = match source.read(|store| -> Result<_, PageError> {
         let mut pages = Vec::new();
         for route in routes_of(store)? {

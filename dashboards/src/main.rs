@@ -20,8 +20,9 @@ use phyfarm::results::Timestamp;
 #[derive(Debug, Parser)]
 #[command(name = "phyfarm-dashboard", version, max_term_width = 100)]
 struct Cli {
-    /// Results store: an SQLite file [default: <cache>/results.sqlite]
-    #[arg(long, global = true, env = "PHYFARM_STORE", value_name = "PATH")]
+    /// Results store: an SQLite file or a postgresql:// URL
+    /// [default: <cache>/results.sqlite]
+    #[arg(long, global = true, env = "PHYFARM_STORE", value_name = "PATH|URL")]
     store: Option<PathBuf>,
     /// Cache directory holding the default store
     /// [default: $XDG_CACHE_HOME/phyfarm or ~/.cache/phyfarm]
@@ -58,6 +59,7 @@ enum Command {
 fn run(cli: Cli) -> Result<()> {
     let store = phyfarm::store::cli::store_path(cli.store, cli.cache)?;
     let mut source = Source::new(&store);
+    let name = source.name().to_string();
     match cli.command {
         Command::Serve { listen } => {
             if !app::is_loopback(&listen) {
@@ -65,10 +67,9 @@ fn run(cli: Cli) -> Result<()> {
                     "W: listening on {listen}: the dashboard is reachable from other machines"
                 );
             }
-            if !store.exists() {
+            if !phyfarm::store::is_postgres(&store) && !store.exists() {
                 eprintln!(
-                    "W: no results store at {} yet: the pages say how to run the first job",
-                    store.display()
+                    "W: no results store at {name} yet: the pages say how to run the first job"
                 );
             }
             let state = AppState::new(source, cli.now);
@@ -78,10 +79,7 @@ fn run(cli: Cli) -> Result<()> {
                 .build()
                 .context("starting the async runtime")?;
             rt.block_on(app::serve(state, listen, |addr| {
-                eprintln!(
-                    "I: dashboard of {} at http://{addr}/ (Ctrl-C stops)",
-                    store.display()
-                );
+                eprintln!("I: dashboard of {name} at http://{addr}/ (Ctrl-C stops)");
                 println!("http://{addr}/");
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
@@ -95,11 +93,7 @@ fn run(cli: Cli) -> Result<()> {
             for p in &s.skipped {
                 eprintln!("W: page {p} left out: its name cannot be a file name");
             }
-            eprintln!(
-                "I: {} pages (HTML and JSON) of {}",
-                s.pages,
-                store.display()
-            );
+            eprintln!("I: {} pages (HTML and JSON) of {name}", s.pages);
             println!("{}", dir.join("index.html").display());
             Ok(())
         }

@@ -1,16 +1,16 @@
-//! Where pages read from: the results store, read consistently.
+//! Where pages read from: the results store, SQLite or PostgreSQL, read
+//! consistently.
 //!
 //! A page makes many store reads. So that a run being recorded while a page
 //! is built cannot give a page half of it, each page is built as one read:
-//! a second, read-only connection watches SQLite's `data_version`, which
-//! changes whenever another connection commits. A page built while the
-//! number stayed the same saw one state of the store; otherwise it is built
-//! again (a few times, then the page says the store is busy).
+//! the store's [`Store::generation`] grows with every write that commits
+//! (the store only appends), so a page built while it stayed the same saw
+//! one state of the store; otherwise it is built again (a few times, then
+//! the page says the store is busy).
 
 use std::path::{Path, PathBuf};
 
-use phyfarm::store::{OpenMode, SqliteStore, Store, StoreError};
-use rusqlite::{Connection, OpenFlags};
+use phyfarm::store::{self, OpenMode, Store, StoreError};
 
 /// How often a page is rebuilt while writers keep committing.
 pub const ATTEMPTS: usize = 5;
@@ -19,52 +19,43 @@ pub const ATTEMPTS: usize = 5;
 pub enum SourceError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("store {path}: {source}")]
-    Watch {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
     #[error("store {0} kept changing while this page was read; reload the page")]
-    Busy(PathBuf),
+    Busy(String),
 }
 
-/// The store behind the dashboard. It may not exist yet (no run recorded):
-/// every read then returns `None` and the pages say how to run a job.
+/// The store behind the dashboard: an SQLite file or a `postgresql://` URL.
+/// It may not exist yet (no run recorded): every read then returns `None`
+/// and the pages say how to run a job.
 pub struct Source {
-    path: PathBuf,
-    open: Option<(SqliteStore, Connection)>,
+    location: PathBuf,
+    name: String,
+    open: Option<Box<dyn Store>>,
 }
 
 impl Source {
-    pub fn new(path: &Path) -> Source {
+    pub fn new(location: &Path) -> Source {
         Source {
-            path: path.to_path_buf(),
+            location: location.to_path_buf(),
+            name: store::display_location(location),
             open: None,
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The store's location fit for pages and messages (a URL loses its
+    /// password).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     fn ensure_open(&mut self) -> Result<bool, SourceError> {
         if self.open.is_some() {
             return Ok(true);
         }
-        let store = match SqliteStore::open(&self.path, OpenMode::Existing) {
-            Ok(s) => s,
+        match store::open(&self.location, OpenMode::Existing) {
+            Ok(s) => self.open = Some(s),
             Err(StoreError::Missing { .. }) => return Ok(false),
             Err(e) => return Err(e.into()),
-        };
-        let watch = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|source| SourceError::Watch {
-            path: self.path.clone(),
-            source,
-        })?;
-        self.open = Some((store, watch));
+        }
         Ok(true)
     }
 
@@ -72,27 +63,15 @@ impl Source {
     /// the store does not exist yet.
     pub fn read<T, E>(
         &mut self,
-        mut build: impl FnMut(&dyn Store) -> Result<T, E>,
+        build: impl FnMut(&dyn Store) -> Result<T, E>,
     ) -> Result<Option<Result<T, E>>, SourceError> {
         if !self.ensure_open()? {
             return Ok(None);
         }
-        let path = self.path.clone();
-        let (store, watch) = self.open.as_ref().expect("opened above");
-        let version = |w: &Connection| {
-            w.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
-                .map_err(|source| SourceError::Watch {
-                    path: path.clone(),
-                    source,
-                })
-        };
-        for _ in 0..ATTEMPTS {
-            let before = version(watch)?;
-            let page = build(store);
-            if version(watch)? == before {
-                return Ok(Some(page));
-            }
+        let store = self.open.as_deref().expect("opened above");
+        match store::read_consistently(store, ATTEMPTS, build)? {
+            Ok(page) => Ok(Some(page)),
+            Err(store::KeptChanging) => Err(SourceError::Busy(self.name.clone())),
         }
-        Err(SourceError::Busy(path))
     }
 }

@@ -182,8 +182,9 @@ pub struct PatchHit {
 }
 
 /// The results store. Reads take `&self`, writes `&mut self`; every write
-/// method is one transaction.
-pub trait Store {
+/// method is one transaction. A store can move to another thread (the
+/// dashboard serves pages from a pool).
+pub trait Store: Send {
     /// Record a complete run (and its revision and patches, if new) at once.
     fn record_run(&mut self, run: &Run) -> Result<(), StoreError>;
     /// Record that `run` has started (its revision too), committed at once,
@@ -225,6 +226,34 @@ pub trait Store {
     fn add_review(&mut self, r: &RevisionRef, review: &Review) -> Result<(), StoreError>;
     /// Reviews of a revision, oldest first.
     fn reviews(&self, r: &RevisionRef) -> Result<Vec<Review>, StoreError>;
+
+    /// How much the store holds: its run events, transitions and reviews.
+    /// The store only appends, and every write that commits appends one of
+    /// these, so equal generations before and after some reads mean the
+    /// reads saw one state of the store (see [`read_consistently`]).
+    fn generation(&self) -> Result<u64, StoreError>;
+}
+
+/// [`read_consistently`] gave up: writers kept committing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptChanging;
+
+/// Run `read` until it ran while the store's [`Store::generation`] stayed
+/// the same, at most `attempts` times: the result then comes from one state
+/// of the store, on every backend.
+pub fn read_consistently<T>(
+    store: &dyn Store,
+    attempts: usize,
+    mut read: impl FnMut(&dyn Store) -> T,
+) -> Result<Result<T, KeptChanging>, StoreError> {
+    for _ in 0..attempts {
+        let before = store.generation()?;
+        let v = read(store);
+        if store.generation()? == before {
+            return Ok(Ok(v));
+        }
+    }
+    Ok(Err(KeptChanging))
 }
 
 /// Whether [`open`] may create a new store.

@@ -728,4 +728,17 @@ impl Store for PgStore {
             .collect()
         })
     }
+
+    fn generation(&self) -> Result<u64, StoreError> {
+        self.read(|tx, _| {
+            let n: i64 = tx
+                .query_one(
+                    "SELECT (SELECT count(*) FROM run_events) + (SELECT count(*) FROM transitions)
+                          + (SELECT count(*) FROM reviews)",
+                    &[],
+                )?
+                .get(0);
+            Ok(n as u64)
+        })
+    }
 }

@@ -355,6 +355,9 @@ const RUNS_SQL: &str = "SELECT r.id, r.revision_id, r.base, e.environment, e.sta
     FROM runs r JOIN run_events e ON e.run_id = r.id
         AND e.seq = (SELECT max(seq) FROM run_events x WHERE x.run_id = r.id)";
 
+/// See [`Store::generation`]; one statement, so one state of the file.
+const GENERATION_SQL: &str = "SELECT (SELECT count(*) FROM run_events) + (SELECT count(*) FROM transitions) + (SELECT count(*) FROM reviews)";
+
 /// One SQLite write transaction, as the store's rules see it.
 struct SqlTx<'a> {
     tx: &'a Transaction<'a>,
@@ -813,5 +816,13 @@ impl Store for SqliteStore {
                 })
             })
             .collect()
+    }
+
+    fn generation(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row(GENERATION_SQL, [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        Ok(n as u64)
     }
 }

@@ -392,6 +392,64 @@ fn every_write_only_appends(b: &dyn Backend) {
     assert_eq!(st.run("done").unwrap().unwrap().run, done);
 }
 
+/// The generation grows with every write that commits and with nothing
+/// else, so readers can tell they saw one state of the store.
+fn generation_grows_with_every_commit(b: &dyn Backend) {
+    let mut st = b.open(OpenMode::Create).unwrap();
+    let mut last = st.generation().unwrap();
+    let mut grew = |st: &dyn Store, what: &str, grows: bool| {
+        let now = st.generation().unwrap();
+        assert_eq!(now > last, grows, "{what}: {last} -> {now}");
+        assert!(now >= last, "{what}: {last} -> {now}");
+        last = now;
+    };
+    let mut r = run(
+        "r1",
+        Some(1),
+        "2026-06-01T00:00:00Z",
+        "2026-06-01T01:00:00Z",
+    );
+    st.begin_run(&r).unwrap();
+    grew(&*st, "begin_run", true);
+    st.finish_run(&r).unwrap();
+    grew(&*st, "finish_run", true);
+    assert!(st.finish_run(&r).is_err());
+    assert!(st.record_run(&r).is_err());
+    grew(&*st, "refused writes", false);
+    r.id = "r2".into();
+    st.record_run(&r).unwrap();
+    grew(&*st, "record_run", true);
+    let rev: RevisionRef = "s/v1".parse().unwrap();
+    let at = t("2026-06-02T00:00:00Z");
+    st.append_transitions(
+        &rev,
+        0,
+        &[Transition {
+            at,
+            state: State::Testing,
+            reason: "x".into(),
+        }],
+    )
+    .unwrap();
+    grew(&*st, "append_transitions", true);
+    st.add_review(
+        &rev,
+        &Review {
+            at,
+            by: "R".into(),
+            kind: ReviewKind::Ack,
+            reason: "ok".into(),
+        },
+    )
+    .unwrap();
+    grew(&*st, "add_review", true);
+    let _ = st.runs(&rev).unwrap();
+    let _ = st.revisions().unwrap();
+    grew(&*st, "reads", false);
+    let again = b.open(OpenMode::Existing).unwrap();
+    grew(&*again, "another connection", false);
+}
+
 /// Each body as a test per backend.
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
@@ -424,6 +482,7 @@ on_every_backend!(
     transitions_are_append_only_and_never_go_back,
     patches_are_found_by_message_id_or_patch_id,
     every_write_only_appends,
+    generation_grows_with_every_commit,
 );
 
 #[test]
