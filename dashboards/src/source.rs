@@ -69,9 +69,15 @@ impl Source {
             return Ok(None);
         }
         let store = self.open.as_deref().expect("opened above");
-        match store::read_consistently(store, ATTEMPTS, build)? {
-            Ok(page) => Ok(Some(page)),
-            Err(store::KeptChanging) => Err(SourceError::Busy(self.name.clone())),
+        match store::read_consistently(store, ATTEMPTS, build) {
+            Ok(Ok(page)) => Ok(Some(page)),
+            Ok(Err(store::KeptChanging)) => Err(SourceError::Busy(self.name.clone())),
+            Err(e) => {
+                // A lost connection (a restarted database server) is opened
+                // afresh by the next page.
+                self.open = None;
+                Err(e.into())
+            }
         }
     }
 }

@@ -175,6 +175,39 @@ fn postgresql_serves_the_same_pages_as_sqlite() {
     assert!(run.contains("FAIL"), "{run}");
 }
 
+#[test]
+fn a_lost_postgresql_connection_is_opened_again_by_the_next_page() {
+    let Some(mut pg) = PgSchema::new() else {
+        return;
+    };
+    let app = pg.schema.clone();
+    let location = PathBuf::from(format!(
+        "{}&application_name={app}",
+        pg.location().display()
+    ));
+    fill(&mut *store::open(&location, OpenMode::Create).unwrap());
+    let state = AppState::new(Source::new(&location), Some(common::NOW.parse().unwrap()));
+    assert_eq!(render_path(&state, "/").0, StatusCode::OK);
+    // The database server drops the dashboard's connection.
+    let killed = pg
+        .admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap();
+    assert!(!killed.is_empty(), "the dashboard holds a connection");
+    let (status, _, _) = render_path(&state, "/");
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "this page fails");
+    let (status, page, _) = render_path(&state, "/");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the next one reconnects: {}",
+        page.html
+    );
+}
+
 fn url_password(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
     let auth = &rest[..rest.find('@')?];
