@@ -5,7 +5,8 @@
 //! Since version 2 the schema is append-only, as PostgreSQL's: a run's state
 //! is the last row of `run_events`, and its builds, tests and measurements
 //! belong to one event (`gen`). With no roles to withhold UPDATE and DELETE,
-//! triggers refuse both on every recorded table, for any connection; an
+//! triggers refuse both on every recorded table, for any connection (and an
+//! INSERT over a recorded key, which `OR REPLACE` would turn into a delete); an
 //! event must follow the run's lifecycle (running → interrupted → complete,
 //! complete is final) and results join only the latest event of their run.
 
@@ -242,10 +243,43 @@ pub(super) const RECORDED_TABLES: &[&str] = &[
     "reviews",
 ];
 
-/// Triggers that make every recorded table refuse UPDATE and DELETE, and
-/// results join only the latest event of their run.
+/// The keys of each recorded table: an INSERT that matches a recorded row
+/// on one of them is refused before SQLite's conflict handling could
+/// replace that row (`INSERT OR REPLACE` deletes without a DELETE trigger).
+const KEYS: &[(&str, &[&[&str]])] = &[
+    ("series", &[&["id"], &["name"]]),
+    ("series_trees", &[&["series_id"]]),
+    ("revisions", &[&["id"], &["series_id", "version"]]),
+    ("patches", &[&["revision_id", "position"]]),
+    ("runs", &[&["id"]]),
+    ("run_events", &[&["run_id", "seq"]]),
+    ("builds", &[&["run_id", "gen", "seq"]]),
+    ("tests", &[&["run_id", "gen", "seq"]]),
+    ("measurements", &[&["run_id", "gen", "seq"]]),
+    ("transitions", &[&["revision_id", "seq"]]),
+    ("reviews", &[&["revision_id", "seq"]]),
+];
+
+/// Triggers that make every recorded table refuse UPDATE, DELETE and an
+/// INSERT over a recorded row, and results join only the latest event of
+/// their run.
 pub(super) fn append_only_triggers() -> String {
     let mut sql = String::new();
+    for (t, keys) in KEYS {
+        let matches: Vec<String> = keys
+            .iter()
+            .map(|cols| {
+                let eq: Vec<String> = cols.iter().map(|c| format!("{c} = NEW.{c}")).collect();
+                format!("({})", eq.join(" AND "))
+            })
+            .collect();
+        sql.push_str(&format!(
+            "CREATE TRIGGER IF NOT EXISTS {t}_no_replace BEFORE INSERT ON {t}
+             WHEN EXISTS (SELECT 1 FROM {t} WHERE {})
+             BEGIN SELECT RAISE(ABORT, '{t} is append-only: a row with this key is recorded'); END;\n",
+            matches.join(" OR ")
+        ));
+    }
     for t in RECORDED_TABLES {
         for op in ["UPDATE", "DELETE"] {
             sql.push_str(&format!(

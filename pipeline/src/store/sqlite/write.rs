@@ -54,7 +54,8 @@ impl WriteTx for SqlTx<'_> {
         let e = self.err();
         self.tx
             .execute(
-                "INSERT INTO series (name, change_id) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO series (name, change_id) SELECT ?1, ?2
+                 WHERE NOT EXISTS (SELECT 1 FROM series WHERE name = ?1)",
                 params![info.series, info.change_id],
             )
             .map_err(&e)?;
@@ -69,7 +70,8 @@ impl WriteTx for SqlTx<'_> {
         if let Some(tree) = &info.tree {
             self.tx
                 .execute(
-                    "INSERT INTO series_trees (series_id, tree) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                    "INSERT INTO series_trees (series_id, tree) SELECT ?1, ?2
+                     WHERE NOT EXISTS (SELECT 1 FROM series_trees WHERE series_id = ?1)",
                     params![id, tree],
                 )
                 .map_err(&e)?;

@@ -65,6 +65,15 @@ fn no_recorded_row_can_be_updated_or_deleted() {
         let e = refused(&c, &format!("DELETE FROM {table}"));
         assert!(e.contains(&format!("{table} is append-only")), "{e}");
     }
+    // INSERT OR REPLACE would delete the recorded row without a DELETE
+    // trigger; an insert over a recorded key is refused first.
+    for table in RECORDED_TABLES {
+        let e = refused(
+            &c,
+            &format!("INSERT OR REPLACE INTO {table} SELECT * FROM {table} LIMIT 1"),
+        );
+        assert!(e.contains(&format!("{table} is append-only")), "{e}");
+    }
     // An upsert that would rewrite a row is an UPDATE too.
     let e = refused(
         &c,
