@@ -24,7 +24,8 @@ pub const FARM_SCHEMA_FILE: &str = "pipeline/schema/farm-results.schema.json";
 
 /// The product's farm checks, each reported once per variant. Every test in
 /// `pytest-tests/farm` declares one of these with `@pytest.mark.check`; the
-/// project's tests hold the two lists equal.
+/// project's tests hold the two lists equal. The last three drive the
+/// emulator's fault injection: MDIO errors, USB replug, a limited partner.
 pub const FARM_CHECKS: &[&str] = &[
     "farm.probe",
     "farm.throughput",
@@ -34,6 +35,12 @@ pub const FARM_CHECKS: &[&str] = &[
     "farm.cable_test[cable-test-tdr]",
     "farm.speed_duplex",
     "farm.dmesg",
+    "farm.mdio_faults",
+    "farm.replug",
+    "farm.partner_limited[10full]",
+    "farm.partner_limited[10half]",
+    "farm.partner_limited[100half]",
+    "farm.partner_limited[none]",
 ];
 /// The Rust KUnit doctests: one run, on a kernel of their own (rust only).
 pub const KUNIT_CHECK: &str = "farm.kunit";

@@ -78,8 +78,8 @@ fn every_planned_check_is_imported_with_its_parameters() {
         status_of(&imp, "farm.cable_test[cable-test]", Some("c")),
         [(0, Status::Pass)]
     );
-    // 8 checks x 2 variants + 8 differentials, nothing dropped or missing.
-    assert_eq!(imp.tests.len(), 24);
+    // Every check x 2 variants + its differential, nothing dropped or missing.
+    assert_eq!(imp.tests.len(), FARM_CHECKS.len() * 3);
     assert!(imp.tests.iter().all(|t| t.status == Status::Pass));
 }
 
@@ -180,15 +180,17 @@ fn the_differential_names_the_side_that_deviates_and_both_failing_is_not_pass() 
     let d = tempfile::tempdir().unwrap();
     let plan = Plan::new(&["rust", "c"], false);
     let mut tests = all_pass(&["rust", "c"]);
+    // The c variant's checks follow the rust variant's n.
+    let n = FARM_CHECKS.len();
     // probe: rust fails; dmesg: both fail.
     tests[0]["status"] = json!("FAIL");
     tests[0]["message"] = json!("AssertionError: PHY driver is 'Generic PHY'");
     tests[7]["status"] = json!("FAIL");
-    tests[15]["status"] = json!("FAIL");
+    tests[n + 7]["status"] = json!("FAIL");
     // throughput: rust clearly slower than c.
     tests[1]["measurements"] = json!([{"name": "tcp_tx", "value": 40.0, "unit": "Mbit/s",
         "samples": [40.0, 41.0, 39.5, 40.5, 40.2]}]);
-    tests[9]["measurements"] = json!([{"name": "tcp_tx", "value": 93.0, "unit": "Mbit/s",
+    tests[n + 1]["measurements"] = json!([{"name": "tcp_tx", "value": 93.0, "unit": "Mbit/s",
         "samples": [93.0, 93.5, 92.8, 93.2, 93.1]}]);
     write_results(d.path(), tests);
     let imp = import(d.path(), &plan, None).unwrap();
@@ -265,7 +267,8 @@ fn the_default_run_selects_every_family_but_kunit() {
     let f = farm_families();
     assert_eq!(
         keyword_for(&f).unwrap().unwrap(),
-        "probe or throughput or link_flap or cable_test or speed_duplex or dmesg"
+        "probe or throughput or link_flap or cable_test or speed_duplex or dmesg \
+         or mdio_faults or replug or partner_limited"
     );
     let e = keyword_for(&["farm.link-flap".to_string()])
         .unwrap_err()
