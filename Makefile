@@ -62,9 +62,10 @@ integration: setup phyfarm
 	$(PHYFARM) selftest --quick
 
 # Test fixtures that are outputs of real runs, refreshed from what
-# `make run` left in the cache.
+# `make run` and `phyfarm selftest --case doctest-fails` left in the cache.
 fixtures:
 	bash pipeline/tests/fixtures/real-run/regenerate.sh
+	bash pytest-tests/farm_units/fixtures/regenerate.sh
 
 # Every seeded fault of patches/selftest through `phyfarm run`: each must be
 # caught with its verdict and evidence (README, "What phyfarm catches").
@@ -86,6 +87,7 @@ bench: setup
 	bash bench/emu-bulk.sh
 	bash bench/emu-latency.sh
 	bash bench/guest-throughput.sh
+	bash bench/boot-vs-vng.sh --build
 
 # Mutation testing of the emulator crates (cargo install cargo-mutants
 # --locked). Slow, so never part of `make test`; MUTANTS_ARGS narrows it,

@@ -341,6 +341,15 @@ pub struct RunArgs {
     /// Skip the farm's checks (builds, gates and boot checks only)
     #[arg(long)]
     pub no_farm: bool,
+    /// Skip the KUnit configuration: no KUnit build of the patched tree and
+    /// no farm.kunit (the Rust doctests and KUnit suites) in the plan
+    #[arg(long)]
+    pub no_kunit: bool,
+    /// Run the base's farm checks even when an earlier run had the same
+    /// base kernels, farm code and plan (their results are reused otherwise;
+    /// the base's throughput is always measured again)
+    #[arg(long)]
+    pub fresh_base: bool,
     /// Link flaps per link-flap check
     #[arg(long, value_name = "N")]
     pub flaps: Option<u32>,
@@ -430,6 +439,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     runtime,
                     jobs: jobs(a.jobs),
                     gates: !a.no_gates,
+                    kunit: false,
                     reproducer: reproducer(),
                 };
                 return series_build::build_series(&paths, &opts);
@@ -672,23 +682,40 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
         runtime,
         jobs: jobs(a.jobs),
         gates: !a.no_gates,
+        kunit: false,
         reproducer: reproducer(),
     };
     let boot = boot_options(PathBuf::new(), &a.guest, None, None, runtime);
     // The farm runs exactly the plan: the families asked for, else every
-    // family but KUnit (which needs a KUnit kernel of the series).
+    // family, KUnit included (on the KUnit build of the patched tree) unless
+    // --no-kunit or the run has no rust variant.
+    let kunit_possible = !a.no_kunit && !a.no_farm && a.variants.contains(&Variant::Rust);
     let families = if a.checks.is_empty() {
-        crate::contract::farm_families()
+        let mut f = crate::contract::farm_families();
+        if kunit_possible {
+            f.push(crate::contract::KUNIT_CHECK.to_string());
+        }
+        f
     } else {
         a.checks.clone()
     };
-    let keyword = crate::contract::keyword_for(&families)?;
+    // Checked here (a bad family is a usage error before anything runs);
+    // the run picks each farm block's selection from its plan.
+    crate::contract::keyword_for(&families)?;
+    let mut build = build;
+    build.kunit = kunit_possible && families.iter().any(|f| f == crate::contract::KUNIT_CHECK);
+    if !kunit_possible && families.iter().any(|f| f == crate::contract::KUNIT_CHECK) {
+        anyhow::bail!(crate::contract::ContractError::Invalid {
+            file: "--checks".into(),
+            what: "farm.kunit needs the rust variant and the farm, without --no-kunit".into(),
+        });
+    }
     let farm = (!a.no_farm).then(|| crate::farm::TestOptions {
         artifacts: None,
         kernel: None,
         variant: None,
         workers: Some(2),
-        keyword,
+        keyword: None,
         accel: a.guest.accel,
         guest_timeout: a.guest.timeout,
         flaps: a.flaps,
@@ -706,6 +733,7 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
             boot,
             farm,
             checks: a.checks,
+            fresh_base: a.fresh_base,
         },
     )
 }

@@ -128,6 +128,22 @@ impl Plan {
         self
     }
 
+    /// The families this plan covers, in plan order (`farm.link_flap` once
+    /// for both of its parameter sets; the differentials are not families).
+    pub fn families(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &self.checks {
+            if c.id.starts_with("farm.differential.") {
+                continue;
+            }
+            let f = c.id.split('[').next().unwrap_or(&c.id).to_string();
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
     fn planned(&self, id: &str, variant: Option<&str>) -> bool {
         self.checks
             .iter()
@@ -144,6 +160,9 @@ impl Plan {
                 && self.planned(KUNIT_CHECK, variant))
     }
 }
+
+/// The family `phyfarm run` measures apart, base and revision back to back.
+pub const THROUGHPUT_FAMILY: &str = "farm.throughput";
 
 /// The check families of [`FARM_CHECKS`] (`farm.link_flap` once for both
 /// of its parameter sets): what `phyfarm run` plans by default.
@@ -164,11 +183,10 @@ pub fn keyword_for(families: &[String]) -> Result<Option<String>, ContractError>
     if families.is_empty() {
         return Ok(None);
     }
-    // KUnit needs a KUnit kernel of the series, which a run does not build:
-    // it is not a family a run can plan.
     let known: Vec<&str> = FARM_CHECKS
         .iter()
         .map(|c| c.split('[').next().unwrap_or(c))
+        .chain([KUNIT_CHECK])
         .collect();
     let mut words = Vec::new();
     for f in families {

@@ -115,6 +115,134 @@ fn remove_stale(dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// What decides the base's farm results: the plan and the farm's options,
+/// the base kernels (by content), and the code of the farm, the plugin, the
+/// emulator, the guest and the contract (by content). Two runs with the same
+/// key would run the same checks on the same kernels with the same code.
+pub fn base_key(
+    paths: &Paths,
+    opts: &TestOptions,
+    artifacts: &Path,
+    plan: &crate::contract::Plan,
+) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut field = |name: &str, bytes: &[u8]| {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(
+        "plan",
+        serde_json::to_string(plan).unwrap_or_default().as_bytes(),
+    );
+    let options = format!(
+        "keyword={:?} accel={} flaps={:?} timeout={} device={:?} variant={:?} args={:?}",
+        opts.keyword,
+        opts.accel.name(),
+        opts.flaps,
+        opts.guest_timeout,
+        opts.device,
+        opts.variant,
+        opts.pytest_args
+    );
+    field("options", options.as_bytes());
+    for k in ["rust", "c", crate::series_build::KUNIT_DIR] {
+        let f = artifacts.join(k).join("bzImage");
+        if f.is_file() {
+            let digest = Sha256::digest(std::fs::read(&f)?);
+            field(k, &digest);
+        }
+    }
+    for dir in [
+        "pytest-tests/farm",
+        "pytest-tests/phyfarm_farm",
+        "qemu-farm",
+        "containers",
+        "pipeline/schema",
+    ] {
+        let mut files = Vec::new();
+        source_files(&paths.repo.join(dir), &mut files)?;
+        files.sort();
+        for f in files {
+            let rel = f.strip_prefix(&paths.repo).unwrap_or(&f);
+            field(&rel.display().to_string(), &std::fs::read(&f)?);
+        }
+    }
+    Ok(crate::images::hex(&h.finalize())[..16].to_string())
+}
+
+/// Source files under `dir`, without build outputs and caches; links are
+/// not followed.
+fn source_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || matches!(&*name, "target" | "__pycache__") {
+            continue;
+        }
+        let t = e.file_type()?;
+        if t.is_dir() {
+            source_files(&e.path(), out)?;
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// Where the base's farm results are kept under their key.
+pub fn base_cache_dir(paths: &Paths, key: &str) -> std::path::PathBuf {
+    paths.cache.join("base-results").join(key)
+}
+
+/// The base's farm results of an earlier run with the same key, copied into
+/// `out` as if this run had produced them; false when there are none.
+pub fn reuse_base(paths: &Paths, key: &str, out: &Path) -> bool {
+    let from = base_cache_dir(paths, key).join("results.json");
+    if !matches!(crate::contract::FarmResults::load(&from), Ok(Some(_))) {
+        return false;
+    }
+    if clear(out).is_err() || std::fs::create_dir_all(out).is_err() {
+        return false;
+    }
+    std::fs::copy(&from, out.join("results.json")).is_ok()
+}
+
+/// Keep the base's farm results under `key` when they can stand for the
+/// base next time: every check PASS or SKIP at the first attempt (a flaky
+/// or failing base is measured again every run).
+pub fn keep_base(paths: &Paths, key: &str, out: &Path) {
+    let Ok(Some(r)) = crate::contract::FarmResults::load(&out.join("results.json")) else {
+        return;
+    };
+    if retry_dir(out).exists()
+        || r.tests.is_empty()
+        || r.tests
+            .iter()
+            .any(|t| !matches!(t.status, Status::Pass | Status::Skip))
+    {
+        return;
+    }
+    let dir = base_cache_dir(paths, key);
+    let tmp = dir.with_extension("tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let done = std::fs::create_dir_all(&tmp)
+        .and_then(|_| std::fs::copy(out.join("results.json"), tmp.join("results.json")))
+        .and_then(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::rename(&tmp, &dir)
+        });
+    if let Err(e) = done {
+        warn(&format!(
+            "cannot keep the base's results in {}: {e}",
+            dir.display()
+        ));
+    }
+}
+
 /// Throughput measurements of `rev` that look like a regression against
 /// `base` (the verdict's rule), by measurement name and variant.
 pub fn suspected_regressions(
@@ -250,6 +378,118 @@ mod tests {
             serde_json::json!([{"id": "farm.probe", "nodeid": "t.py::test_a", "variant": "rust", "status": "PASS"}]),
         );
         assert!(failed_selection(d.path()).is_none());
+    }
+
+    fn opts() -> TestOptions {
+        TestOptions {
+            artifacts: None,
+            kernel: None,
+            variant: None,
+            workers: Some(2),
+            keyword: Some("probe".into()),
+            accel: crate::accel::Accel::Tcg,
+            guest_timeout: 60,
+            flaps: None,
+            device: None,
+            out: None,
+            pytest_args: vec![],
+        }
+    }
+
+    #[test]
+    fn the_base_key_changes_with_each_input_and_only_then() {
+        let d = tempfile::tempdir().unwrap();
+        let paths = Paths {
+            repo: d.path().join("repo"),
+            cache: d.path().join("cache"),
+        };
+        for dir in [
+            "pytest-tests/farm",
+            "pytest-tests/phyfarm_farm",
+            "qemu-farm/ax88772/src",
+            "qemu-farm/target",
+            "containers",
+            "pipeline/schema",
+        ] {
+            std::fs::create_dir_all(paths.repo.join(dir)).unwrap();
+        }
+        std::fs::write(paths.repo.join("pytest-tests/farm/test_probe.py"), "a").unwrap();
+        std::fs::write(paths.repo.join("qemu-farm/ax88772/src/phy.rs"), "b").unwrap();
+        let art = d.path().join("base");
+        std::fs::create_dir_all(art.join("rust")).unwrap();
+        std::fs::write(art.join("rust/bzImage"), "kernel 1").unwrap();
+        let plan = crate::contract::Plan::new(&["rust"], false);
+        let key = || base_key(&paths, &opts(), &art, &plan).unwrap();
+        let k0 = key();
+        assert_eq!(k0, key(), "same inputs, same key");
+        // Build outputs and caches do not count.
+        std::fs::write(paths.repo.join("qemu-farm/target/x"), "out").unwrap();
+        assert_eq!(k0, key());
+        std::fs::write(art.join("rust/bzImage"), "kernel 2").unwrap();
+        let k1 = key();
+        assert_ne!(k0, k1, "a different base kernel");
+        std::fs::write(paths.repo.join("qemu-farm/ax88772/src/phy.rs"), "c").unwrap();
+        let k2 = key();
+        assert_ne!(k1, k2, "a different emulator");
+        std::fs::write(paths.repo.join("pytest-tests/farm/test_probe.py"), "d").unwrap();
+        let k3 = key();
+        assert_ne!(k2, k3, "a different check");
+        let other = crate::contract::Plan::new(&["rust"], true);
+        assert_ne!(k3, base_key(&paths, &opts(), &art, &other).unwrap());
+        let mut o = opts();
+        o.flaps = Some(3);
+        assert_ne!(k3, base_key(&paths, &o, &art, &plan).unwrap());
+    }
+
+    #[test]
+    fn only_a_clean_base_is_kept_and_reused() {
+        let d = tempfile::tempdir().unwrap();
+        let paths = Paths {
+            repo: d.path().join("repo"),
+            cache: d.path().join("cache"),
+        };
+        let out = d.path().join("run1/base/farm");
+        write_results(
+            &out,
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "FAIL"}]),
+        );
+        keep_base(&paths, "k", &out);
+        let next = d.path().join("run2/base/farm");
+        assert!(
+            !reuse_base(&paths, "k", &next),
+            "a failing base is measured again"
+        );
+        write_results(
+            &out,
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "PASS"}]),
+        );
+        write_results(
+            &retry_dir(&out),
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "PASS"}]),
+        );
+        keep_base(&paths, "k", &out);
+        assert!(
+            !reuse_base(&paths, "k", &next),
+            "a base that needed a retry is flaky"
+        );
+        clear(&out).unwrap();
+        write_results(
+            &out,
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "PASS"}]),
+        );
+        keep_base(&paths, "k", &out);
+        // A stale retry in the next run's folder must not survive the reuse.
+        write_results(
+            &retry_dir(&next),
+            serde_json::json!([{"id": "farm.probe", "variant": "rust", "status": "FAIL"}]),
+        );
+        assert!(reuse_base(&paths, "k", &next));
+        assert!(!retry_dir(&next).exists());
+        let r = crate::contract::FarmResults::load(&next.join("results.json"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.tests[0].status, Status::Pass);
+        assert!(!reuse_base(&paths, "other", &d.path().join("run3")));
     }
 
     #[test]

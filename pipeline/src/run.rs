@@ -43,6 +43,9 @@ pub struct RunOptions {
     pub farm: Option<crate::farm::TestOptions>,
     /// Plan only these farm check families (empty: all).
     pub checks: Vec<String>,
+    /// Run the base's checks even when an earlier run's results have the
+    /// same key (see [`crate::farm_record::base_key`]).
+    pub fresh_base: bool,
 }
 
 pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
@@ -127,33 +130,19 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     // environment, each against its plan: what it did not report is MISS.
     let mut farm_rev = crate::contract::FarmImport::default();
     let mut farm_base = crate::contract::FarmImport::default();
+    let mut base_note = None;
     let names: Vec<&str> = b.variants.iter().map(|v| v.name()).collect();
     let built_any = b
         .variants
         .iter()
         .any(|v| out.join(v.name()).join("bzImage").is_file());
     if let (Some(f), true) = (&opts.farm, built_any) {
-        let plan = crate::contract::Plan::new(&names, false).only(&opts.checks);
-        let base_out = out.join("base").join("farm");
-        let (o, why) = crate::farm_record::farm(paths, f, &out.join("base"), &base_out);
-        farm_base = crate::contract::import(&base_out, &plan, why.as_deref())?;
-        lines.push(format!(
-            "farm on the base: {}, {}",
-            outcome_name(o),
-            base_out.display()
-        ));
-        let rev_out = out.join("farm");
-        let (o, why) = crate::farm_record::farm(paths, f, &out, &rev_out);
-        farm_rev = crate::contract::import(&rev_out, &plan, why.as_deref())?;
-        lines.push(format!("farm: {}, {}", outcome_name(o), rev_out.display()));
-        crate::farm_record::confirm_throughput(
-            paths,
-            f,
-            (&out.join("base"), &out),
-            &out.join("confirm"),
-            &mut farm_base,
-            &mut farm_rev,
-        );
+        let plan = crate::contract::Plan::new(&names, b.kunit).only(&opts.checks);
+        let (farm_base_imp, farm_rev_imp, o, note) =
+            farm_both(paths, f, &out, &plan, opts.fresh_base, &mut lines)?;
+        farm_base = farm_base_imp;
+        farm_rev = farm_rev_imp;
+        base_note = note;
         if o != Outcome::Pass && worst == Outcome::Pass {
             worst = o;
         }
@@ -161,7 +150,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     for l in lines {
         println!("{l}");
     }
-    record(
+    let state = record(
         &opts.store,
         &dir,
         &out,
@@ -172,9 +161,18 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         farm_base,
         farm_rev,
         started,
+        base_note,
     )?;
     println!("{}", out.display());
-    Ok(worst)
+    // A new failure the verdict found against the base (a throughput
+    // regression is judged there) fails the run like a failed check.
+    Ok(
+        if state == Some(crate::verdict::State::ChangesRequested) && worst == Outcome::Pass {
+            Outcome::Fail
+        } else {
+            worst
+        },
+    )
 }
 
 /// `phyfarm record`: a revision built and tested in parts (a CI matrix of
@@ -214,7 +212,12 @@ pub fn record_parts(
         .into_iter()
         .filter(|v| summary.base.contains_key(*v))
         .collect();
-    let plan = crate::contract::Plan::new(&variants, false).only(checks);
+    // KUnit is planned when the build made the KUnit kernel of the series.
+    let kunit = summary
+        .gates
+        .iter()
+        .any(|g| g.name == series_build::KUNIT_GATE);
+    let plan = crate::contract::Plan::new(&variants, kunit).only(checks);
     let farm = if farms.is_empty() {
         Farm::default()
     } else {
@@ -230,7 +233,7 @@ pub fn record_parts(
     let started = crate::results::Timestamp::now();
     std::fs::create_dir_all(out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
-    record(
+    let state = record(
         store,
         dir,
         &builds[0],
@@ -241,15 +244,103 @@ pub fn record_parts(
         Farm::default(),
         farm,
         started,
+        None,
     )?;
     Ok(match worst {
         crate::results::Status::Fail => Outcome::Fail,
         s if s.incomplete() => Outcome::Error,
+        _ if state == Some(crate::verdict::State::ChangesRequested) => Outcome::Fail,
         _ => Outcome::Pass,
     })
 }
 
 type Farm = crate::contract::FarmImport;
+
+/// The farm on the base and on the revision, each against `plan`. The
+/// checks run on the base, then on the revision; throughput runs apart,
+/// after them, base then revision back to back (and both again, alternately,
+/// when the revision looks slower), so machine noise hits both alike and
+/// no other check's guest competes with the measurement.
+///
+/// The base's checks (not its throughput, which is measured every time) are
+/// reused from an earlier run whose key is the same, unless `fresh_base`;
+/// the note says which, for the run's environment.
+fn farm_both(
+    paths: &Paths,
+    f: &crate::farm::TestOptions,
+    out: &Path,
+    plan: &crate::contract::Plan,
+    fresh_base: bool,
+    lines: &mut Vec<String>,
+) -> Result<(Farm, Farm, Outcome, Option<String>)> {
+    use crate::contract::{keyword_for, THROUGHPUT_FAMILY};
+    let families = plan.families();
+    let rest: Vec<String> = families
+        .iter()
+        .filter(|x| *x != THROUGHPUT_FAMILY)
+        .cloned()
+        .collect();
+    let mut blocks: Vec<(&str, Option<String>)> = Vec::new();
+    if !rest.is_empty() {
+        blocks.push(("farm", keyword_for(&rest)?));
+    }
+    if rest.len() < families.len() {
+        blocks.push(("farm-throughput", keyword_for(&[THROUGHPUT_FAMILY.into()])?));
+    }
+    let sides = [
+        ("farm on the base", out.join("base")),
+        ("farm", out.to_path_buf()),
+    ];
+    let mut dirs: [Vec<PathBuf>; 2] = Default::default();
+    let mut whys: [Vec<String>; 2] = Default::default();
+    let mut worst = Outcome::Pass;
+    let mut note = None;
+    for (folder, keyword) in &blocks {
+        for (side, (label, root)) in sides.iter().enumerate() {
+            let mut o = f.clone();
+            o.keyword = keyword.clone();
+            let dir = root.join(folder);
+            // The base's checks: reused when nothing that decides them changed.
+            let key = (side == 0 && *folder == "farm")
+                .then(|| crate::farm_record::base_key(paths, &o, root, plan).ok())
+                .flatten();
+            if let Some(k) = &key {
+                if !fresh_base && crate::farm_record::reuse_base(paths, k, &dir) {
+                    info(&format!(
+                        "{label}: the results of an earlier run with the same kernels, farm and plan (key {k}); --fresh-base runs them again"
+                    ));
+                    lines.push(format!("{label}: reused (key {k}), {}", dir.display()));
+                    note = Some(format!("{k} (reused from an earlier run)"));
+                    dirs[side].push(dir);
+                    continue;
+                }
+            }
+            let (oc, why) = crate::farm_record::farm(paths, &o, root, &dir);
+            if let Some(k) = &key {
+                crate::farm_record::keep_base(paths, k, &dir);
+                note = Some(format!("{k} (measured in this run)"));
+            }
+            lines.push(format!("{label}: {}, {}", outcome_name(oc), dir.display()));
+            if side == 1 && oc != Outcome::Pass && worst == Outcome::Pass {
+                worst = oc;
+            }
+            whys[side].extend(why);
+            dirs[side].push(dir);
+        }
+    }
+    let why = |w: &Vec<String>| (!w.is_empty()).then(|| w.join("; "));
+    let mut base = crate::contract::import_all(&dirs[0], plan, why(&whys[0]).as_deref())?;
+    let mut rev = crate::contract::import_all(&dirs[1], plan, why(&whys[1]).as_deref())?;
+    crate::farm_record::confirm_throughput(
+        paths,
+        f,
+        (&out.join("base"), out),
+        &out.join("confirm"),
+        &mut base,
+        &mut rev,
+    );
+    Ok((base, rev, worst, note))
+}
 
 fn outcome_name(o: Outcome) -> &'static str {
     match o {
@@ -273,7 +364,9 @@ fn record(
     farm_base: Farm,
     farm_rev: Farm,
     started: crate::results::Timestamp,
-) -> Result<()> {
+    // The key of the base's farm results, and whether they were reused.
+    base_note: Option<String>,
+) -> Result<Option<crate::verdict::State>> {
     use crate::record;
     let accel = boots
         .iter()
@@ -287,7 +380,10 @@ fn record(
             .flatten()
     });
     let tools = meta.map(|m| m.tools).unwrap_or_default();
-    let env = record::environment(b, &accel, &tools);
+    let mut env = record::environment(b, &accel, &tools);
+    if let Some(n) = base_note {
+        env.tools.insert("base farm results".into(), n);
+    }
     let name = record::series_name(dir);
     let mut base = record::base_run(b, out, base_boots, &env, started);
     let mut rev = record::revision_run(&name, b, boots, &env, started);
@@ -310,7 +406,7 @@ fn record(
         crate::store::display_location(store)
     ));
     print!("{}", crate::verdict::render_text(&report));
-    Ok(())
+    Ok(report.state)
 }
 
 /// Variants for a run, in build order (rust first: c reuses its tree).

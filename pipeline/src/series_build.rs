@@ -31,8 +31,22 @@ pub struct SeriesBuildOptions {
     pub runtime: Runtime,
     pub jobs: usize,
     pub gates: bool,
+    /// Also build the KUnit configuration of the patched tree (rust variant):
+    /// `<out>/rust-kunit/bzImage`, and the base's in `<out>/base/rust-kunit`.
+    pub kunit: bool,
     pub reproducer: String,
 }
+
+/// The options of the KUnit configuration: the Rust doctests and the KUnit
+/// suites, run at boot. `make test` builds the base with the same options
+/// (so both share one build tree).
+pub const KUNIT_OPTIONS: [&str; 2] = ["CONFIG_KUNIT=y", "CONFIG_RUST_KERNEL_DOCTESTS=y"];
+
+/// The run-folder name of the KUnit kernel (beside `rust/` and `c/`).
+pub const KUNIT_DIR: &str = "rust-kunit";
+
+/// The KUnit build's entry among the gates (`gate.kunit_build`).
+pub const KUNIT_GATE: &str = "kunit-build";
 
 /// One build after one patch.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -169,11 +183,22 @@ impl Ctx<'_> {
             .join(format!("series-{}", v.name()))
     }
 
+    fn kunit_build_dir(&self) -> PathBuf {
+        self.paths
+            .build_root()
+            .join(&self.tc.kernel_version)
+            .join(format!("series-{KUNIT_DIR}"))
+    }
+
     fn make_job(&self, v: Variant, argv: &[String]) -> Job {
+        self.make_job_in(&self.series_build_dir(v), argv)
+    }
+
+    fn make_job_in(&self, build: &Path, argv: &[String]) -> Job {
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         Job::new(self.image(), "/build", &argv)
             .mount(&self.trees.work, "/src", true)
-            .mount(&self.series_build_dir(v), "/build", false)
+            .mount(build, "/build", false)
             .env("ARCH", "x86_64")
     }
 
@@ -212,6 +237,23 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         opts.dir.display()
     ));
     stage_patches(&s, &opts.out.join("patches"))?;
+    // A kernel an earlier run left in this folder must not be taken for this
+    // run's: the farm tests whatever kernel it finds there.
+    for dir in Variant::ALL
+        .iter()
+        .map(|v| v.name())
+        .chain([KUNIT_DIR])
+        .map(|d| opts.out.join(d))
+    {
+        for f in ["bzImage", "metadata.json"] {
+            match std::fs::remove_file(dir.join(f)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    anyhow::bail!("cannot clear {}: {e}", dir.join(f).display())
+                }
+                _ => {}
+            }
+        }
+    }
 
     // 1. The unpatched base, per variant: builds the trees the series starts from.
     let mut base = BTreeMap::new();
@@ -238,6 +280,30 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         if r != Outcome::Pass {
             anyhow::bail!(
                 "the unpatched base does not build in variant {v}: see {}",
+                out.join("build.log").display()
+            );
+        }
+    }
+    let kunit = opts.kunit && opts.variants.contains(&Variant::Rust);
+    if kunit {
+        let out = opts.out.join("base").join(KUNIT_DIR);
+        let o = BuildOptions {
+            variant: Variant::Rust,
+            out: out.clone(),
+            runtime: opts.runtime,
+            jobs: opts.jobs,
+            dry_run: false,
+            extra: KUNIT_OPTIONS.map(String::from).to_vec(),
+            reproducer: format!(
+                "phyfarm build --variant rust -K {} -o {}",
+                KUNIT_OPTIONS.join(" -K "),
+                out.display()
+            ),
+        };
+        info("[rust-kunit] the base's KUnit configuration");
+        if kernel::build(paths, &o)? != Outcome::Pass {
+            anyhow::bail!(
+                "the unpatched base does not build with KUnit: see {}",
                 out.join("build.log").display()
             );
         }
@@ -307,6 +373,13 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         info(&format!("[{v}] a fresh series build tree from the base"));
         kernel::copy_tree(&base_tree, &dir)?;
     }
+    if kunit {
+        let extra = kernel::extra_fragment(&KUNIT_OPTIONS.map(String::from))?;
+        let base_tree =
+            Layout::with_extra(paths, &ctx.tc.kernel_version, Variant::Rust, &extra).build;
+        info("[rust-kunit] a fresh series build tree from the base");
+        kernel::copy_tree(&base_tree, &ctx.kunit_build_dir())?;
+    }
 
     // 3. Apply and build, patch by patch.
     let mut reports = Vec::new();
@@ -370,8 +443,37 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         }
     }
 
-    // 5. Artifacts per variant, for the farm.
     let mut refused: Vec<String> = Vec::new();
+    // 4b. The KUnit configuration of the patched tree: the doctests are
+    // compiled only there, so a broken doctest fails here, with its error.
+    if kunit {
+        let rust_built = !broken
+            && builds
+                .iter()
+                .rev()
+                .find(|b| b.variant == Variant::Rust)
+                .is_some_and(|b| b.status == Status::Pass);
+        let gate = kunit_build(&ctx, rust_built)?;
+        if gate.status == "PASS" {
+            let dir = opts.out.join(KUNIT_DIR);
+            std::fs::create_dir_all(&dir)?;
+            let tree = ctx.kunit_build_dir();
+            if let Err(e) = crate::safe_fs::copy_out(
+                &tree,
+                Path::new("arch/x86/boot/bzImage"),
+                &dir.join("bzImage"),
+            ) {
+                if !e.is_refusal() {
+                    return Err(e.into());
+                }
+                eprintln!("E: [rust-kunit] refused to copy an artifact: {e}");
+                refused.push(format!("[rust] refused to copy the KUnit kernel: {e}"));
+            }
+        }
+        gates.push(gate);
+    }
+
+    // 5. Artifacts per variant, for the farm.
     for v in &opts.variants {
         let last = builds.iter().rev().find(|b| b.variant == *v);
         if let Some(b) = last.filter(|b| b.status == Status::Pass && !broken) {
@@ -580,6 +682,68 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
     })
 }
 
+/// Build the KUnit configuration of the fully patched tree (rust variant),
+/// incrementally from the base's KUnit build tree.
+fn kunit_build(ctx: &Ctx, rust_built: bool) -> Result<Gate> {
+    let log_path = ctx.opts.out.join("logs").join("kunit-build.log");
+    std::fs::create_dir_all(log_path.parent().unwrap())?;
+    let mut gate = Gate {
+        name: KUNIT_GATE.to_string(),
+        status: "SKIP".into(),
+        seconds: 0.0,
+        message: String::new(),
+        log: log_path.display().to_string(),
+        log_excerpt: vec![],
+    };
+    if !rust_built {
+        gate.message = "the series does not build in the rust variant".into();
+        return Ok(gate);
+    }
+    let mut log = File::create(&log_path)?;
+    writeln!(log, "# reproduce: {}", ctx.opts.reproducer)?;
+    writeln!(
+        log,
+        "# the patched tree with -K {}",
+        KUNIT_OPTIONS.join(" -K ")
+    )?;
+    let argv: Vec<String> = [
+        "make",
+        "-C",
+        "/src",
+        "O=/build",
+        "ARCH=x86_64",
+        &format!("-j{}", ctx.opts.jobs),
+        "bzImage",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let t = Instant::now();
+    let mut run = ctx.run(&mut log, "[rust-kunit]");
+    let failed = run.job(
+        &ctx.make_job_in(&ctx.kunit_build_dir(), &argv),
+        "make bzImage",
+    )?;
+    let stopped = run.stopped.take();
+    drop(run);
+    gate.seconds = t.elapsed().as_secs_f64();
+    drop(log);
+    gate.status = if failed.is_none() { "PASS" } else { "FAIL" }.into();
+    if failed.is_some() {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        gate.log_excerpt = metadata::error_excerpt(&text, 20);
+        gate.message = match stopped {
+            Some(why) => format!("phyfarm stopped the build: {why}"),
+            None => gate.log_excerpt.first().cloned().unwrap_or_default(),
+        };
+    }
+    info(&format!(
+        "[rust-kunit] build {} in {:.0}s",
+        gate.status, gate.seconds
+    ));
+    Ok(gate)
+}
+
 fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
     let log_path = ctx.opts.out.join("logs").join(format!("gate-{name}.log"));
     std::fs::create_dir_all(log_path.parent().unwrap())?;
@@ -714,6 +878,18 @@ pub fn render(b: &SeriesBuild) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn make_test_builds_the_base_kunit_kernel_a_run_starts_from() {
+        // Same options, same order: one build tree for `make test` and runs.
+        let mk =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Makefile")).unwrap();
+        let want = format!("-K {} -o $(KUNIT_OUT)", KUNIT_OPTIONS.join(" -K "));
+        assert!(
+            mk.contains(&want),
+            "the Makefile's KUnit build is not {want}"
+        );
+    }
 
     #[test]
     fn gates_have_targets() {

@@ -1,8 +1,9 @@
 //! The verdict path on outputs of a real run (tests/fixtures/real-run,
 //! refreshed by `make fixtures` from what `make run` leaves): the shipped
-//! v8's series-build.json and its farm's results.json, recorded with
-//! `phyfarm record` as the pull-request workflow does, then the same run
-//! with a check missing and with an id nobody planned.
+//! v8's series-build.json and its farm's results.json (the checks, then
+//! throughput measured apart), recorded with `phyfarm record` as the
+//! pull-request workflow does, then the same run with a check missing and
+//! with an id nobody planned.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,6 +30,8 @@ fn record(store: &Path, farm: &Path) -> Output {
         .arg(fixture())
         .arg("--farm")
         .arg(farm)
+        .arg("--farm")
+        .arg(fixture().join("farm-throughput"))
         .env_remove("PHYFARM_STORE")
         .output()
         .unwrap()
@@ -91,6 +94,14 @@ fn the_real_v8_run_records_every_planned_check_and_awaits_review() {
         None
     ));
     assert!(has("farm.differential.cable_test[cable-test]", None));
+    // The KUnit build of the patched tree and its doctests, case by case.
+    assert!(has("gate.kunit_build", Some("rust")));
+    assert!(has("farm.kunit", Some("rust")));
+    let doctests = checks
+        .iter()
+        .filter(|c| c["path"].as_str().unwrap().starts_with("farm.kunit."))
+        .count();
+    assert!(doctests > 100, "{doctests} doctest cases");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 """Rust KUnit doctests in the guest: a kernel built with
-`phyfarm build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y
--o <cache>/out/rust-kunit` runs them at boot; the KTAP they print is read from
-the kernel log through the agent and parsed into one result per case."""
+`-K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y` runs them at boot; the
+KTAP they print is read from the kernel log through the agent and parsed into
+one result per case. `phyfarm run` builds that kernel from the patched tree
+into <run>/rust-kunit (the base's into <run>/base/rust-kunit); `make test`
+builds the base's into <cache>/out/rust-kunit."""
 
 from __future__ import annotations
 
@@ -9,12 +11,18 @@ from pathlib import Path
 
 import pytest
 from phyfarm_farm import ktap
+from phyfarm_farm.errors import HarnessError
 from phyfarm_farm.plugin import BootSpec, boot_farm, cache_dir
 
 
 def kunit_kernel(config) -> Path:
+    """--kunit-kernel, else rust-kunit/bzImage beside the variants' kernels."""
     opt = config.getoption("--kunit-kernel")
-    return Path(opt) if opt else cache_dir() / "out" / "rust-kunit" / "bzImage"
+    if opt:
+        return Path(opt)
+    art = config.getoption("--artifacts")
+    root = Path(art) if art else cache_dir() / "out"
+    return root / "rust-kunit" / "bzImage"
 
 
 @pytest.mark.check("farm.kunit")
@@ -41,6 +49,18 @@ def test_rust_kunit_doctests(request, farm_env, variant, measure):
     counts = {s: sum(1 for c in cases if c.status == s) for s in ("PASS", "FAIL", "SKIP")}
     for s, n in counts.items():
         measure(f"cases_{s.lower()}", n, "count")
-    failed = [f"{c.suite}.{c.name}" for c in cases if c.status == "FAIL"]
-    assert not failed, f"{len(failed)} of {len(cases)} KUnit cases failed: {failed[:20]}"
-    assert not problems, f"KTAP plan not met: {problems}"
+    failed = [c for c in cases if c.status == "FAIL"]
+    if failed:
+        # The first failing case with its KTAP lines (the assertion and its
+        # location), then the names of the others.
+        first = failed[0]
+        others = ", ".join(f"{c.suite}.{c.name}" for c in failed[1:20])
+        raise AssertionError(
+            f"{len(failed)} of {len(cases)} KUnit cases failed: {first.suite}.{first.name}\n"
+            + "\n".join(first.lines[-12:])
+            + (f"\nalso failed: {others}" if others else "")
+        )
+    if problems:
+        # What ran is not what the KTAP plan announced: the run is not
+        # complete (a case hung or the kernel stopped), not a verdict.
+        raise HarnessError(f"KTAP plan not met: {'; '.join(problems[:10])}")

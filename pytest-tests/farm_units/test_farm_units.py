@@ -53,6 +53,24 @@ def test_ktap_gives_one_result_per_case_and_checks_plans():
     assert problems == ["short_suite: planned 2 cases, saw 1"]
 
 
+def test_ktap_of_a_real_failing_doctest_names_the_assertion():
+    # The guest console of `phyfarm selftest --case doctest-fails` (a real
+    # run; fixtures/regenerate.sh refreshes it).
+    text = (Path(__file__).parent / "fixtures/kunit-doctest-fails.console").read_text()
+    cases, problems = ktap.parse(text)
+    assert problems == []
+    assert len(cases) > 100
+    failed = [c for c in cases if c.status == "FAIL"]
+    assert [(c.suite, c.name) for c in failed] == [
+        ("rust_doctests_kernel", "rust_doctest_kernel_net_phy_rs_0")
+    ]
+    lines = failed[0].lines
+    assert lines[0].startswith("# rust_doctest_kernel_net_phy_rs_0.location: rust/kernel/")
+    assert any("ASSERTION FAILED at rust/kernel/net/phy.rs" in x for x in lines), lines
+    assert any("DuplexMode::Unknown.is_full()" in x for x in lines), lines
+    assert lines[-1].startswith("not ok ")
+
+
 CONSOLE = """\
 [    2.0] asix 1-1:1.0 eth1: Link is Up - 100Mbps/Full - flow control rx/tx
 [    3.0] ------------[ cut here ]------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _RESULT = re.compile(r"^(ok|not ok) (\d+)(?: -)? ?([^#]*?)\s*(?:#\s*(.*))?$")
 _PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
@@ -15,6 +15,8 @@ class Case:
     name: str
     status: str  # PASS, FAIL, SKIP
     directive: str = ""
+    # The case's own KTAP lines: its diagnostics ("# ...") and its result.
+    lines: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -31,6 +33,7 @@ def parse(text: str) -> tuple[list[Case], list[str]]:
     # Each nesting level: [suite name, planned count, seen results, had children]
     stack: list[list] = []
     pending_name = ""
+    diag: list[str] = []  # diagnostics since the last result
     for raw in text.splitlines():
         line = _PREFIX.sub("", raw.rstrip())
         body = line.lstrip()
@@ -49,6 +52,11 @@ def parse(text: str) -> tuple[list[Case], list[str]]:
             continue
         m = _RESULT.match(body)
         if not m:
+            # A case's diagnostics: "# ..." lines and the indented lines of
+            # an assertion's explanation (not the kernel's other messages).
+            if body and (body.startswith("#") or line[0].isspace()):
+                diag.append(body[:300])
+                del diag[:-40]
             continue
         ok, _num, name, directive = m.group(1), m.group(2), m.group(3).strip(), m.group(4) or ""
         status = "PASS" if ok == "ok" else "FAIL"
@@ -64,7 +72,9 @@ def parse(text: str) -> tuple[list[Case], list[str]]:
         if closing is not None:
             if closing[2] != closing[1]:
                 problems.append(f"{name}: planned {closing[1]} cases, saw {closing[2]}")
+            diag = []
             continue  # the suite's summary line, not a case
         suite = stack[-1][0] if stack else ""
-        cases.append(Case(suite, name, status, directive))
+        cases.append(Case(suite, name, status, directive, [*diag, body[:300]]))
+        diag = []
     return cases, problems

@@ -113,7 +113,11 @@ def test_v8_applies_builds_every_patch_and_passes_the_gates(phyfarm, v8_build):
         "enum-check": "PASS",
         "clippy": "PASS",
         "rustdoc": "PASS",
+        "kunit-build": "PASS",
     }, b["gates"]
+    # The KUnit configuration of the patched tree and of the base.
+    for k in (out / "rust-kunit", out / "base" / "rust-kunit"):
+        assert (k / "bzImage").stat().st_size > 1_000_000
     for v in ("rust", "c"):
         assert (out / v / "bzImage").stat().st_size > 1_000_000
         assert read_json(out / v / "metadata.json")["status"] == "PASS"
@@ -123,7 +127,7 @@ def test_v8_applies_builds_every_patch_and_passes_the_gates(phyfarm, v8_build):
     rec = read_json(out / "results.json")
     # Every planned check reached the record, parameters and all, and none
     # is missing or incomplete; the base ran the same plan.
-    plan = phyfarm("farm", "plan", "--variants", "rust,c")
+    plan = phyfarm("farm", "plan", "--variants", "rust,c", "--kunit")
     planned = {tuple(x.split()) for x in plan.stdout.splitlines()}
     planned = {(i, None if v == "-" else v) for i, v in planned}
     base = read_json(out / "results-base.json")
@@ -138,6 +142,9 @@ def test_v8_applies_builds_every_patch_and_passes_the_gates(phyfarm, v8_build):
         assert not bad, bad
     assert ("farm.link_flap[reset_after_link_loss]", "rust") in planned
     assert ("farm.differential.cable_test[cable-test]", None) in planned
+    # The Rust doctests ran on the patched tree, one result per case.
+    doctests = [t for t in rec["tests"] if t["path"].startswith("farm.kunit.")]
+    assert len(doctests) > 10 and all(t["status"] == "PASS" for t in doctests), doctests[:3]
     tp = [m for m in rec["measurements"] if m["name"] == "farm.throughput.tcp_tx"]
     assert len(tp) == 2 and all(len(m["samples"]) >= 4 for m in tp), tp
     # It passes against the base: awaiting review, with the three-day clock.

@@ -263,7 +263,26 @@ fn the_reader_accepts_and_refuses_the_same_examples_as_the_schema() {
 }
 
 #[test]
-fn the_default_run_selects_every_family_but_kunit() {
+fn kunit_is_a_family_a_run_can_plan() {
+    let k = vec![KUNIT_CHECK.to_string()];
+    assert_eq!(keyword_for(&k).unwrap().unwrap(), "kunit");
+    let plan = Plan::new(&["rust", "c"], true).only(&k);
+    let ids: Vec<(&str, Option<&str>)> = plan
+        .checks
+        .iter()
+        .map(|c| (c.id.as_str(), c.variant.as_deref()))
+        .collect();
+    assert_eq!(ids, [("farm.kunit", Some("rust"))]);
+    assert!(plan.kunit);
+    assert!(!Plan::new(&["rust"], true).only(&farm_families()).kunit);
+    let mut all = farm_families();
+    all.push(KUNIT_CHECK.into());
+    assert_eq!(Plan::new(&["rust", "c"], true).families(), all);
+    assert_eq!(Plan::new(&["c"], false).families(), farm_families());
+}
+
+#[test]
+fn the_default_families_are_the_farm_checks() {
     let f = farm_families();
     assert_eq!(
         keyword_for(&f).unwrap().unwrap(),

@@ -535,11 +535,20 @@ pub fn regressions(deltas: &[MeasurementDelta]) -> Vec<Finding> {
                 status: Status::Fail,
                 reference: Some(Status::Pass),
                 detail: format!(
-                    "throughput regression vs base: {what} {:+.1} % (p = {:.4})",
+                    "throughput regression vs base: {what} {:+.1} % ({})",
                     m.delta_pct.unwrap_or(0.0),
-                    m.p.unwrap_or(1.0)
+                    p_text(m.p.unwrap_or(1.0))
                 ),
             }
         })
         .collect()
+}
+
+/// A p-value as a reader wants it: four decimals, or a bound when smaller.
+pub fn p_text(p: f64) -> String {
+    if p < 0.0001 {
+        "p < 0.0001".into()
+    } else {
+        format!("p = {p:.4}")
+    }
 }

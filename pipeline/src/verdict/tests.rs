@@ -324,6 +324,8 @@ fn noise_band_calls_regressions_only_outside_it() {
         "{}",
         f[0].detail
     );
+    assert_eq!(compare::p_text(0.0040), "p = 0.0040");
+    assert_eq!(compare::p_text(0.00001), "p < 0.0001");
 }
 
 #[test]
