@@ -11,6 +11,9 @@ top=$(cd "$here/.." && pwd)
 apt_packages=(
   podman runc mmdebstrap uidmap fuse-overlayfs
   qemu-system-x86 qemu-utils
+  # udev: virtme-ng (bench/boot-vs-vng.sh) boots the host's root filesystem
+  # and its guest init needs udevd to name the virtio ports of --exec.
+  udev
   busybox-static cpio
   iproute2 ethtool iperf3
   git make gcc pkg-config
