@@ -118,7 +118,13 @@ pub fn summary_table(r: &Results) -> String {
         "SECONDS".into(),
         "DETAIL".into(),
     ]];
-    for t in &r.tests {
+    // A KUnit case that passed is counted, not listed: a kernel has a hundred.
+    let case = |t: &TestRecord| {
+        t.status == Status::Pass
+            && t.id
+                .starts_with(&format!("{}.", crate::contract::KUNIT_CHECK))
+    };
+    for t in r.tests.iter().filter(|t| !case(t)) {
         let detail = if t.status == Status::Pass && !t.measurements.is_empty() {
             t.measurements
                 .iter()
@@ -170,6 +176,10 @@ pub fn summary_table(r: &Results) -> String {
     }
     let c: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
     s.push_str(&format!("total: {}\n", c.join(", ")));
+    let cases = r.tests.iter().filter(|t| case(t)).count();
+    if cases > 0 {
+        s.push_str(&format!("({cases} KUnit cases passed, not listed)\n"));
+    }
     s
 }
 
@@ -350,6 +360,21 @@ mod tests {
             "{t}"
         );
         assert_eq!(lines[3], "total: 1 FAIL, 1 PASS");
+    }
+
+    #[test]
+    fn passing_kunit_cases_are_counted_not_listed() {
+        let mut r = results(&["PASS", "PASS", "FAIL"]);
+        r.tests[0].id = "farm.kunit".into();
+        r.tests[1].id = "farm.kunit.suite_case_0".into();
+        r.tests[2].id = "farm.kunit.suite_case_1".into();
+        let t = summary_table(&r);
+        assert!(!t.contains("suite_case_0"), "{t}");
+        assert!(
+            t.contains("farm.kunit.suite_case_1"),
+            "a failed case is listed: {t}"
+        );
+        assert!(t.ends_with("(1 KUnit cases passed, not listed)\n"), "{t}");
     }
 
     fn opts(artifacts: &Path) -> TestOptions {

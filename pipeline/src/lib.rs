@@ -23,6 +23,7 @@ pub mod progress;
 pub mod record;
 pub mod results;
 pub mod run;
+pub mod run_folder;
 pub mod runtime;
 pub mod safe_fs;
 pub mod sandbox;

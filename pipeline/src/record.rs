@@ -2,6 +2,7 @@
 //! the store's runs: one run of the unpatched base and one of the revision,
 //! in the same environment, so the verdict compares like with like.
 
+use crate::run_folder::RunFolder;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -110,7 +111,7 @@ fn boot_test(b: &Boot) -> TestResult {
 
 fn base_build(b: &SeriesBuild, v: &str, out: &Path) -> BuildResult {
     let meta: Option<crate::metadata::BuildMetadata> =
-        crate::metadata::read_json(&out.join("base").join(v).join("metadata.json"))
+        crate::metadata::read_json(&RunFolder::new(out).base().metadata(v))
             .ok()
             .flatten();
     BuildResult {
@@ -124,8 +125,9 @@ fn base_build(b: &SeriesBuild, v: &str, out: &Path) -> BuildResult {
         warnings: 0,
         new_warnings: vec![],
         log_path: Some(
-            out.join("base")
-                .join(v)
+            RunFolder::new(out)
+                .base()
+                .variant(v)
                 .join("build.log")
                 .display()
                 .to_string(),

@@ -11,6 +11,7 @@ use anyhow::Result;
 use crate::boot::{self, BootOptions};
 use crate::config::{Paths, Variant};
 use crate::progress::info;
+use crate::run_folder::RunFolder;
 use crate::series_build::{self, SeriesBuildOptions};
 use crate::Outcome;
 
@@ -82,36 +83,31 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         outcome_name(built),
         out.display()
     )];
+    let folder = RunFolder::new(&out);
     for v in &b.variants {
         // The unpatched base boots too: the verdict compares like with like.
-        let base_kernel = out.join("base").join(v.name()).join("bzImage");
+        let base_kernel = folder.base().kernel(v.name());
         if base_kernel.is_file() {
             let mut bo = opts.boot.clone();
             bo.kernel = base_kernel.clone();
-            bo.out = Some(out.join("base").join(v.name()).join("boot"));
+            bo.out = Some(folder.base().boot(v.name()));
             bo.expect = Some(*v);
             let repro = format!("phyfarm boot --kernel {}", base_kernel.display());
             let _ = boot::boot(paths, &bo, &repro);
-            base_boots.push(crate::record::read_boot(
-                *v,
-                &out.join("base").join(v.name()).join("boot"),
-            ));
+            base_boots.push(crate::record::read_boot(*v, &folder.base().boot(v.name())));
         }
-        let kernel = out.join(v.name()).join("bzImage");
+        let kernel = folder.kernel(v.name());
         if !kernel.is_file() {
             lines.push(format!("{v}: no kernel to boot (the series did not build)"));
             continue;
         }
         let mut bo = opts.boot.clone();
         bo.kernel = kernel.clone();
-        bo.out = Some(out.join(v.name()).join("boot"));
+        bo.out = Some(folder.boot(v.name()));
         bo.expect = Some(*v);
         let repro = format!("phyfarm boot --kernel {}", kernel.display());
         let booted = boot::boot(paths, &bo, &repro).unwrap_or(Outcome::Error);
-        boots.push(crate::record::read_boot(
-            *v,
-            &out.join(v.name()).join("boot"),
-        ));
+        boots.push(crate::record::read_boot(*v, &folder.boot(v.name())));
         if booted != Outcome::Pass && worst == Outcome::Pass {
             worst = booted;
         }
@@ -123,7 +119,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
                 "FAIL"
             },
             kernel.display(),
-            out.join(v.name()).join("boot/console.log").display()
+            folder.boot(v.name()).join("console.log").display()
         ));
     }
     // The farm, on the patched kernels and on the base in the same
@@ -132,10 +128,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     let mut farm_base = crate::contract::FarmImport::default();
     let mut base_note = None;
     let names: Vec<&str> = b.variants.iter().map(|v| v.name()).collect();
-    let built_any = b
-        .variants
-        .iter()
-        .any(|v| out.join(v.name()).join("bzImage").is_file());
+    let built_any = b.variants.iter().any(|v| folder.kernel(v.name()).is_file());
     if let (Some(f), true) = (&opts.farm, built_any) {
         let plan = crate::contract::Plan::new(&names, b.kunit).only(&opts.checks);
         let (farm_base_imp, farm_rev_imp, o, note) =
@@ -189,7 +182,7 @@ pub fn record_parts(
     crate::series::load(dir)?;
     let mut merged: Option<series_build::SeriesBuild> = None;
     for b in builds {
-        let file = b.join("series-build.json");
+        let file = RunFolder::new(b).series_build();
         let text = std::fs::read_to_string(&file)
             .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         let part: series_build::SeriesBuild = serde_json::from_str(&text)
@@ -280,28 +273,34 @@ fn farm_both(
         .filter(|x| *x != THROUGHPUT_FAMILY)
         .cloned()
         .collect();
-    let mut blocks: Vec<(&str, Option<String>)> = Vec::new();
+    // (the block's folder, whether it holds throughput, its selection)
+    type Block = (fn(&RunFolder) -> PathBuf, bool, Option<String>);
+    let mut blocks: Vec<Block> = Vec::new();
     if !rest.is_empty() {
-        blocks.push(("farm", keyword_for(&rest)?));
+        blocks.push((RunFolder::farm, false, keyword_for(&rest)?));
     }
     if rest.len() < families.len() {
-        blocks.push(("farm-throughput", keyword_for(&[THROUGHPUT_FAMILY.into()])?));
+        blocks.push((
+            RunFolder::farm_throughput,
+            true,
+            keyword_for(&[THROUGHPUT_FAMILY.into()])?,
+        ));
     }
-    let sides = [
-        ("farm on the base", out.join("base")),
-        ("farm", out.to_path_buf()),
-    ];
+    let run = RunFolder::new(out);
+    let sides = [("farm on the base", run.base()), ("farm", run.clone())];
     let mut dirs: [Vec<PathBuf>; 2] = Default::default();
     let mut whys: [Vec<String>; 2] = Default::default();
     let mut worst = Outcome::Pass;
     let mut note = None;
-    for (folder, keyword) in &blocks {
+    for (folder, throughput, keyword) in &blocks {
         for (side, (label, root)) in sides.iter().enumerate() {
             let mut o = f.clone();
             o.keyword = keyword.clone();
-            let dir = root.join(folder);
-            // The base's checks: reused when nothing that decides them changed.
-            let key = (side == 0 && *folder == "farm")
+            let dir = folder(root);
+            let root = root.root();
+            // The base's checks (never its throughput): reused when nothing
+            // that decides them changed.
+            let key = (side == 0 && !throughput)
                 .then(|| crate::farm_record::base_key(paths, &o, root, plan).ok())
                 .flatten();
             if let Some(k) = &key {
@@ -334,8 +333,8 @@ fn farm_both(
     crate::farm_record::confirm_throughput(
         paths,
         f,
-        (&out.join("base"), out),
-        &out.join("confirm"),
+        (run.base().root(), out),
+        &run.confirm(),
         &mut base,
         &mut rev,
     );
@@ -375,7 +374,7 @@ fn record(
         .find(|a| !a.is_empty())
         .unwrap_or_else(|| "none".into());
     let meta: Option<crate::metadata::BuildMetadata> = b.base.keys().next().and_then(|v| {
-        crate::metadata::read_json(&out.join("base").join(v).join("metadata.json"))
+        crate::metadata::read_json(&RunFolder::new(out).base().metadata(v))
             .ok()
             .flatten()
     });
@@ -391,8 +390,9 @@ fn record(
     base.measurements.extend(farm_base.measurements);
     rev.tests.extend(farm_rev.tests);
     rev.measurements.extend(farm_rev.measurements);
-    base.write(&write_to.join("results-base.json"))?;
-    rev.write(&write_to.join("results.json"))?;
+    let written = RunFolder::new(write_to);
+    base.write(&written.results_base())?;
+    rev.write(&written.results())?;
     let mut st = crate::store::open(store, crate::store::OpenMode::Create)?;
     st.record_run(&base)?;
     st.record_run(&rev)?;

@@ -42,8 +42,8 @@ pub struct SeriesBuildOptions {
 /// (so both share one build tree).
 pub const KUNIT_OPTIONS: [&str; 2] = ["CONFIG_KUNIT=y", "CONFIG_RUST_KERNEL_DOCTESTS=y"];
 
-/// The run-folder name of the KUnit kernel (beside `rust/` and `c/`).
-pub const KUNIT_DIR: &str = "rust-kunit";
+use crate::run_folder::RunFolder;
+pub use crate::run_folder::KUNIT_DIR;
 
 /// The KUnit build's entry among the gates (`gate.kunit_build`).
 pub const KUNIT_GATE: &str = "kunit-build";
@@ -171,7 +171,7 @@ impl Ctx<'_> {
             self.image(),
             &self.trees.work,
             &self.trees.git,
-            &self.opts.out.join("patches"),
+            &RunFolder::new(&self.opts.out).patches(),
             args,
         )
     }
@@ -236,14 +236,15 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         s.patches.len(),
         opts.dir.display()
     ));
-    stage_patches(&s, &opts.out.join("patches"))?;
+    let folder = RunFolder::new(&opts.out);
+    stage_patches(&s, &folder.patches())?;
     // A kernel an earlier run left in this folder must not be taken for this
     // run's: the farm tests whatever kernel it finds there.
     for dir in Variant::ALL
         .iter()
         .map(|v| v.name())
         .chain([KUNIT_DIR])
-        .map(|d| opts.out.join(d))
+        .map(|d| folder.variant(d))
     {
         for f in ["bzImage", "metadata.json"] {
             match std::fs::remove_file(dir.join(f)) {
@@ -258,7 +259,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     // 1. The unpatched base, per variant: builds the trees the series starts from.
     let mut base = BTreeMap::new();
     for v in &opts.variants {
-        let out = opts.out.join("base").join(v.name());
+        let out = folder.base().variant(v.name());
         let o = BuildOptions {
             variant: *v,
             out: out.clone(),
@@ -286,7 +287,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     }
     let kunit = opts.kunit && opts.variants.contains(&Variant::Rust);
     if kunit {
-        let out = opts.out.join("base").join(KUNIT_DIR);
+        let out = folder.base().kunit();
         let o = BuildOptions {
             variant: Variant::Rust,
             out: out.clone(),
@@ -455,7 +456,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
                 .is_some_and(|b| b.status == Status::Pass);
         let gate = kunit_build(&ctx, rust_built)?;
         if gate.status == "PASS" {
-            let dir = opts.out.join(KUNIT_DIR);
+            let dir = folder.kunit();
             std::fs::create_dir_all(&dir)?;
             let tree = ctx.kunit_build_dir();
             if let Err(e) = crate::safe_fs::copy_out(
@@ -477,7 +478,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     for v in &opts.variants {
         let last = builds.iter().rev().find(|b| b.variant == *v);
         if let Some(b) = last.filter(|b| b.status == Status::Pass && !broken) {
-            let dir = opts.out.join(v.name());
+            let dir = folder.variant(v.name());
             std::fs::create_dir_all(&dir)?;
             let tree = ctx.series_build_dir(*v);
             // The series' own build wrote this tree: nothing is followed.
@@ -494,9 +495,8 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
                 let _ = std::fs::remove_file(dir.join("bzImage"));
                 continue;
             }
-            let mut meta: BuildMetadata =
-                metadata::read_json(&opts.out.join("base").join(v.name()).join("metadata.json"))?
-                    .context("base metadata missing")?;
+            let mut meta: BuildMetadata = metadata::read_json(&folder.base().metadata(v.name()))?
+                .context("base metadata missing")?;
             meta.reproducer = opts.reproducer.clone();
             meta.status = b.status;
             meta.artifacts = BTreeMap::from([(
@@ -542,7 +542,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         started,
         finished: metadata::now_rfc3339(),
     };
-    metadata::write_json_atomic(&opts.out.join("series-build.json"), &summary)?;
+    metadata::write_json_atomic(&folder.series_build(), &summary)?;
     print!("{}", render(&summary));
     println!("{}", opts.out.display());
     Ok(summary)
@@ -616,10 +616,8 @@ fn apply_one(ctx: &Ctx, log: &mut File, name: &str, index: usize) -> Result<Appl
 }
 
 fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBuild> {
-    let log_path = ctx
-        .opts
-        .out
-        .join("logs")
+    let log_path = RunFolder::new(&ctx.opts.out)
+        .logs()
         .join(format!("patch{index}-{}.log", v.name()));
     std::fs::create_dir_all(log_path.parent().unwrap())?;
     let mut log = File::create(&log_path)?;
@@ -685,7 +683,7 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
 /// Build the KUnit configuration of the fully patched tree (rust variant),
 /// incrementally from the base's KUnit build tree.
 fn kunit_build(ctx: &Ctx, rust_built: bool) -> Result<Gate> {
-    let log_path = ctx.opts.out.join("logs").join("kunit-build.log");
+    let log_path = RunFolder::new(&ctx.opts.out).logs().join("kunit-build.log");
     std::fs::create_dir_all(log_path.parent().unwrap())?;
     let mut gate = Gate {
         name: KUNIT_GATE.to_string(),
@@ -745,7 +743,9 @@ fn kunit_build(ctx: &Ctx, rust_built: bool) -> Result<Gate> {
 }
 
 fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
-    let log_path = ctx.opts.out.join("logs").join(format!("gate-{name}.log"));
+    let log_path = RunFolder::new(&ctx.opts.out)
+        .logs()
+        .join(format!("gate-{name}.log"));
     std::fs::create_dir_all(log_path.parent().unwrap())?;
     let mut gate = Gate {
         name: name.to_string(),

@@ -274,12 +274,12 @@ fn report(
     };
     let last = transitions.last();
     let state = last.map(|t| t.state);
-    // While testing, the reason moves on without a state change (a run
-    // finishes with ERROR): say the current one.
+    // The reason moves on without a state change (a rerun with more
+    // checks, a run that finishes with ERROR while testing): say the
+    // current one, not the one the state was entered with.
     let fresh = last
-        .filter(|t| t.state == State::Testing)
         .map(|t| facts.desired(now, Some((t.state, t.at))))
-        .filter(|d| d.0 == State::Testing)
+        .filter(|d| Some(d.0) == state && !d.1.is_empty())
         .map(|d| d.1);
     Ok(Report {
         revision: rec.reference(),
@@ -373,26 +373,43 @@ fn render_lines(rep: &Report) -> String {
             ));
         }
     }
-    for m in &rep.measurements {
+    // Throughput, and whatever moved out of its noise band; the rest is in
+    // `phyfarm verdict --json` and on the revision page.
+    let shown = |m: &&compare::MeasurementDelta| {
+        m.unit.ends_with("bit/s")
+            || matches!(
+                m.movement,
+                compare::Movement::Regression | compare::Movement::Improvement
+            )
+    };
+    for m in rep.measurements.iter().filter(shown) {
         let band = m.base.map_or("no band".to_string(), |b| {
             format!(
-                "band {:.4e}..{:.4e} from {} samples",
-                b.low, b.high, b.samples
+                "base {}..{} from {} samples",
+                number(b.low),
+                number(b.high),
+                b.samples
             )
         });
         s.push_str(&format!(
-            "  {}{}: {:.4e} {} ({band}): {}\n",
+            "  {}{}: {} {} ({band}): {}\n",
             m.name,
             m.variant
                 .as_deref()
                 .map(|v| format!(" ({v})"))
                 .unwrap_or_default(),
-            m.value,
+            number(m.value),
             m.unit,
             serde_json::to_value(m.movement)
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
                 .unwrap_or_default()
+        ));
+    }
+    let hidden = rep.measurements.len() - rep.measurements.iter().filter(shown).count();
+    if hidden > 0 {
+        s.push_str(&format!(
+            "  ({hidden} other measurements within their noise or without a base band: `phyfarm verdict --json`)\n"
         ));
     }
     for r in &rep.interrupted {
@@ -408,4 +425,16 @@ fn render_lines(rep: &Report) -> String {
         ));
     }
     s
+}
+
+/// A measurement as a reader wants it: three significant digits or so.
+fn number(x: f64) -> String {
+    let a = x.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{x:.1}")
+    } else if a >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.4}")
+    }
 }

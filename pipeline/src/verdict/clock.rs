@@ -235,6 +235,14 @@ impl Facts<'_> {
                 format!("{REVIEW_HOURS} hours without objection since {since}; {notes}"),
             ),
             Some((State::ReadyToMerge, _)) => (State::ReadyToMerge, notes),
+            // Still inside the 72 hours: the clock runs from when it started.
+            Some((State::AwaitingReview, since)) => (
+                State::AwaitingReview,
+                format!(
+                    "{notes}; ready to merge at {} unless someone objects",
+                    since.plus_hours(REVIEW_HOURS)
+                ),
+            ),
             _ => (
                 State::AwaitingReview,
                 format!(

@@ -466,3 +466,71 @@ fn a_flake_holds_ready_to_merge_until_acked_or_three_clean_reruns() {
     let r = advance(&mut st, &rev("s/v1"), t("2026-06-09T00:00:00Z")).unwrap();
     assert_eq!(r.state, Some(State::ReadyToMerge), "{}", r.reason);
 }
+
+#[test]
+fn a_rerun_says_what_it_counted_and_keeps_the_clock() {
+    let (_d, mut st) = store();
+    st.record_run(&base_run()).unwrap();
+    st.record_run(&run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    ))
+    .unwrap();
+    let first = advance(&mut st, &rev("s/v1"), t("2026-06-02T02:00:00Z")).unwrap();
+    assert_eq!(first.state, Some(State::AwaitingReview));
+    // A rerun of the same revision with one more check passing.
+    let mut again = run(
+        "v1b",
+        Some(1),
+        "2026-06-03T00:00:00Z",
+        "2026-06-03T01:00:00Z",
+    );
+    again.tests.push(test("farm.kunit", Status::Pass));
+    st.record_run(&again).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T02:00:00Z")).unwrap();
+    assert_eq!(r.state, Some(State::AwaitingReview));
+    assert_eq!(r.since, first.since, "the 72-hour clock is not restarted");
+    assert_eq!(r.checks.len(), first.checks.len() + 1);
+    for rep in [&first, &r] {
+        let counted = format!("{} checks planned and reported", rep.checks.len());
+        assert!(rep.reason.starts_with(&counted), "{}", rep.reason);
+    }
+    assert!(
+        r.reason
+            .contains("ready to merge at 2026-06-05T01:00:00Z unless someone objects"),
+        "{}",
+        r.reason
+    );
+}
+
+#[test]
+fn the_text_verdict_shows_throughput_and_what_moved_not_every_timing() {
+    let (_d, mut st) = store();
+    let mut b = base_run();
+    let mut boot = measurement(&[2.1, 2.3]);
+    boot.name = "farm.probe.boot_to_agent_ready".into();
+    boot.unit = "s".into();
+    b.measurements.push(boot.clone());
+    st.record_run(&b).unwrap();
+    let mut r = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    r.measurements
+        .push(measurement(&[100.5, 101.0, 99.5, 100.0, 100.25]));
+    r.measurements.push(boot);
+    st.record_run(&r).unwrap();
+    let rep = advance(&mut st, &rev("s/v1"), t("2026-06-02T02:00:00Z")).unwrap();
+    let text = render_text(&rep);
+    assert!(
+        text.contains("farm.throughput.tcp_tx (rust): 100.2 bit/s (base "),
+        "{text}"
+    );
+    assert!(!text.contains("boot_to_agent_ready"), "{text}");
+    assert!(!text.contains("e0 "), "no scientific notation: {text}");
+    assert!(text.contains("(1 other measurements"), "{text}");
+}
