@@ -83,11 +83,12 @@ test: lint unit integration
 dashboard: phyfarm
 	$(PHYFARM) serve
 
-bench: setup
+bench: setup phyfarm
 	bash bench/emu-bulk.sh
 	bash bench/emu-latency.sh
 	bash bench/guest-throughput.sh
 	bash bench/boot-vs-vng.sh --build
+	$(VENV)/bin/python bench/revision-to-verdict.py
 
 # Mutation testing of the emulator crates (cargo install cargo-mutants
 # --locked). Slow, so never part of `make test`; MUTANTS_ARGS narrows it,
