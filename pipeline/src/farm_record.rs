@@ -148,11 +148,18 @@ pub fn base_key(
         opts.pytest_args
     );
     field("options", options.as_bytes());
-    for k in ["rust", "c", crate::series_build::KUNIT_DIR] {
-        let f = artifacts.join(k).join("bzImage");
-        if f.is_file() {
-            let digest = Sha256::digest(std::fs::read(&f)?);
-            field(k, &digest);
+    let folder = crate::run_folder::RunFolder::new(artifacts);
+    for k in ["rust", "c", crate::run_folder::KUNIT_DIR] {
+        if !folder.kernel(k).is_file() {
+            continue;
+        }
+        // A kernel is what it was built from: the distro source, its
+        // configuration and the toolchain (kbuild stamps every link with a
+        // build number and a date, so the image's bytes differ each time).
+        // Without its build metadata, the image's bytes.
+        match kernel_identity(&folder.metadata(k)) {
+            Some(id) => field(k, id.as_bytes()),
+            None => field(k, &Sha256::digest(std::fs::read(folder.kernel(k))?)),
         }
     }
     for dir in [
@@ -171,6 +178,31 @@ pub fn base_key(
         }
     }
     Ok(crate::images::hex(&h.finalize())[..16].to_string())
+}
+
+/// What a kernel was built from, from its build metadata: source package
+/// and version, the resulting configuration, the image and tool versions.
+fn kernel_identity(metadata: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(metadata).ok()?;
+    let m: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if m.get("status")?.as_str()? != "PASS" || m.get("config_hash")?.as_str()?.is_empty() {
+        return None;
+    }
+    let fields = [
+        "variant",
+        "kernel_package",
+        "kernel_version",
+        "config_hash",
+        "image",
+        "tools",
+    ];
+    Some(
+        fields
+            .iter()
+            .map(|f| format!("{f}={}", m.get(*f).unwrap_or(&serde_json::Value::Null)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
 }
 
 /// Source files under `dir`, without build outputs and caches; links are
@@ -428,6 +460,25 @@ mod tests {
         std::fs::write(art.join("rust/bzImage"), "kernel 2").unwrap();
         let k1 = key();
         assert_ne!(k0, k1, "a different base kernel");
+        // With its build metadata a kernel is what it was built from: a
+        // relink (new build number and date) is the same kernel, another
+        // configuration is not.
+        let meta = |config: &str| {
+            serde_json::json!({"variant": "rust", "kernel_package": "linux-source-6.12",
+                "kernel_version": "6.12.118-1", "config_hash": config, "status": "PASS",
+                "image": {"name": "kbuild", "id": "abc"}, "tools": {"rustc": "1.85"},
+                "started": "2026-12-03T16:00:00Z", "durations": [["build", 9.5]]})
+        };
+        std::fs::write(art.join("rust/metadata.json"), meta("c1").to_string()).unwrap();
+        let k1 = key();
+        std::fs::write(art.join("rust/bzImage"), "kernel 2, relinked").unwrap();
+        let mut relinked = meta("c1");
+        relinked["started"] = "2026-12-03T17:00:00Z".into();
+        std::fs::write(art.join("rust/metadata.json"), relinked.to_string()).unwrap();
+        assert_eq!(k1, key(), "a relink of the same build");
+        std::fs::write(art.join("rust/metadata.json"), meta("c2").to_string()).unwrap();
+        assert_ne!(k1, key(), "another configuration");
+        std::fs::write(art.join("rust/metadata.json"), meta("c1").to_string()).unwrap();
         std::fs::write(paths.repo.join("qemu-farm/ax88772/src/phy.rs"), "c").unwrap();
         let k2 = key();
         assert_ne!(k1, k2, "a different emulator");
