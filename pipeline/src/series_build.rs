@@ -183,6 +183,23 @@ impl Ctx<'_> {
             .join(format!("series-{}", v.name()))
     }
 
+    /// `make bzImage` of the mounted tree, as every series build step runs it.
+    fn bzimage_argv(&self) -> Vec<String> {
+        let j = format!("-j{}", self.opts.jobs);
+        [
+            "make",
+            "-C",
+            "/src",
+            "O=/build",
+            "ARCH=x86_64",
+            &j,
+            "bzImage",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
     fn kunit_build_dir(&self) -> PathBuf {
         self.paths
             .build_root()
@@ -625,18 +642,7 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
     writeln!(log, "# build after patch {index}/{total}, variant {v}")?;
     let label = format!("[{index}/{total} {v}]");
     let t = Instant::now();
-    let argv: Vec<String> = [
-        "make",
-        "-C",
-        "/src",
-        "O=/build",
-        "ARCH=x86_64",
-        &format!("-j{}", ctx.opts.jobs),
-        "bzImage",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let argv = ctx.bzimage_argv();
     let mut run = ctx.run(&mut log, &label);
     let failed = run.job(&ctx.make_job(v, &argv), "make bzImage")?;
     let stopped = run.stopped.take();
@@ -704,18 +710,7 @@ fn kunit_build(ctx: &Ctx, rust_built: bool) -> Result<Gate> {
         "# the patched tree with -K {}",
         KUNIT_OPTIONS.join(" -K ")
     )?;
-    let argv: Vec<String> = [
-        "make",
-        "-C",
-        "/src",
-        "O=/build",
-        "ARCH=x86_64",
-        &format!("-j{}", ctx.opts.jobs),
-        "bzImage",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let argv = ctx.bzimage_argv();
     let t = Instant::now();
     let mut run = ctx.run(&mut log, "[rust-kunit]");
     let failed = run.job(
