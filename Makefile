@@ -55,11 +55,24 @@ KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 
 # The harness's own tests (pytest-tests/harness: interrupted runs, hung
 # guests) boot guests too, so they run beside the farm, not in `phyfarm run`.
+# pytest-tests/gadget runs the probe and link-flap checks on the
+# forwarded-gadget path (the model as a USB gadget in an exporter guest,
+# exported by the real usbredirect) beside the emulated path; it builds the
+# exporter kernel (`make exporter-kernel`) when it is missing.
 integration: setup phyfarm
-	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness
+	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness --ignore=pytest-tests/gadget
 	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
 	$(VENV)/bin/python -m pytest pytest-tests/farm pytest-tests/harness -n 2
+	$(VENV)/bin/python -m pytest pytest-tests/gadget -s
 	$(PHYFARM) selftest --quick
+
+# The exporter guest's kernel for the forwarded-gadget farm checks: the c
+# variant with qemu-farm/guest/exporter.config (dummy_hcd, configfs gadgets,
+# FunctionFS). The farm builds it itself when it is missing.
+EXPORTER_OUT := $(PHYFARM_CACHE)/out/exporter
+.PHONY: exporter-kernel
+exporter-kernel: setup phyfarm
+	$(PHYFARM) build --variant c $$(sed -n -e 's/^\(CONFIG_.*\)$$/-K \1/p' -e 's/^# \(CONFIG_[A-Za-z0-9_]*\) is not set$$/-K \1=n/p' qemu-farm/guest/exporter.config) -o $(EXPORTER_OUT)
 
 # Test fixtures that are outputs of real runs, refreshed from what
 # `make run` and `phyfarm selftest --case doctest-fails` left in the cache.

@@ -248,8 +248,9 @@ pub struct TestArgs {
     /// Link flaps per link-flap check [default: 20]
     #[arg(long, value_name = "N")]
     pub flaps: Option<u32>,
-    /// emulated (ax88772-emu) or forwarded:HOST:PORT (a usbredirect'ed adapter)
-    #[arg(long, value_name = "DEVICE")]
+    /// emulated (ax88772-emu), forwarded-gadget (ax88772-emu as a USB gadget in an exporter
+    /// guest, exported by the real usbredirect) or forwarded:HOST:PORT (a usbredirect'ed adapter)
+    #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<String>,
     /// Output folder for junit.xml, results.json and logs [default: <cache>/runs/test-...]
     #[arg(short = 'o', long = "out", value_name = "DIR")]
@@ -738,6 +739,21 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
     )
 }
 
+/// `--device`: emulated, forwarded-gadget or forwarded:HOST:PORT.
+fn parse_device(s: &str) -> Result<String, String> {
+    if s == "emulated" || s == "forwarded-gadget" {
+        return Ok(s.to_string());
+    }
+    if let Some(rest) = s.strip_prefix("forwarded:") {
+        if let Some((host, port)) = rest.rsplit_once(':') {
+            if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) {
+                return Ok(s.to_string());
+            }
+        }
+    }
+    Err("expected emulated, forwarded-gadget or forwarded:HOST:PORT".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -753,6 +769,24 @@ mod tests {
         let err = Cli::try_parse_from(["phyfarm", "build", "--variant", "go"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("invalid value 'go'"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_device_is_a_usage_error() {
+        for ok in ["emulated", "forwarded-gadget", "forwarded:127.0.0.1:4000"] {
+            Cli::try_parse_from(["phyfarm", "test", "--artifacts", "o", "--device", ok]).unwrap();
+        }
+        for bad in [
+            "gadget",
+            "forwarded:host",
+            "forwarded::4000",
+            "forwarded:h:0",
+        ] {
+            let err = Cli::try_parse_from(["phyfarm", "test", "--artifacts", "o", "--device", bad])
+                .unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad}");
+            assert!(err.to_string().contains("forwarded-gadget"), "{err}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `phyfarm guest image`: the farm guest's initramfs. busybox, iperf3,
-//! ethtool and ip with every shared library they need (copied out of the farm
-//! image, with a check that none is missing), the guest agent, and the /init
-//! in `qemu-farm/guest/farm-init.sh`. The file is content addressed:
+//! ethtool, ip and usbredirect with every shared library they need (copied
+//! out of the farm image, with a check that none is missing), the guest
+//! agent, `ax88772-gadget` (for the exporter guest of the forwarded-gadget
+//! path), and the /init in `qemu-farm/guest/farm-init.sh`. The file is content addressed:
 //! `<cache>/guest/farm-<hash>.cpio`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,8 +24,11 @@ use crate::runtime::podman_env;
 pub const FARM_INIT: &str = include_str!("../../qemu-farm/guest/farm-init.sh");
 /// Where the agent lives in the guest.
 pub const AGENT_PATH: &str = "usr/bin/phyfarm-agent";
-/// The user-space programs the checks run, as looked up in the farm image.
-pub const PROGRAMS: [&str; 4] = ["busybox", "iperf3", "ethtool", "ip"];
+/// Where the model's gadget front end lives in the guest.
+pub const GADGET_PATH: &str = "usr/bin/ax88772-gadget";
+/// The user-space programs the checks run, as looked up in the farm image;
+/// usbredirect is the exporter guest's.
+pub const PROGRAMS: [&str; 5] = ["busybox", "iperf3", "ethtool", "ip", "usbredirect"];
 /// The target the agent is built for (statically).
 pub const AGENT_TARGET: &str = "x86_64-unknown-linux-gnu";
 
@@ -243,19 +247,27 @@ pub fn userspace(paths: &Paths) -> Result<(Vec<TarFile>, Manifest, String), Gues
 
 /// Build the agent statically (a no-op when it is up to date) and return it.
 pub fn build_agent(paths: &Paths) -> Result<PathBuf, GuestError> {
+    build_static(paths, "guest-agent", "phyfarm-agent")
+}
+
+/// Build `ax88772-gadget` statically and return it.
+pub fn build_gadget(paths: &Paths) -> Result<PathBuf, GuestError> {
+    build_static(paths, "ax88772", "ax88772-gadget")
+}
+
+fn build_static(paths: &Paths, package: &str, bin_name: &str) -> Result<PathBuf, GuestError> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| paths.repo.join("target"));
-    let bin = target_dir
-        .join(AGENT_TARGET)
-        .join("release")
-        .join("phyfarm-agent");
+    let bin = target_dir.join(AGENT_TARGET).join("release").join(bin_name);
     let st = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
         .args([
             "build",
             "--quiet",
             "-p",
-            "guest-agent",
+            package,
+            "--bin",
+            bin_name,
             "--release",
             "--target",
             AGENT_TARGET,
@@ -270,7 +282,9 @@ pub fn build_agent(paths: &Paths) -> Result<PathBuf, GuestError> {
         .status();
     match st {
         Ok(s) if s.success() && bin.is_file() => Ok(bin),
-        Ok(s) => Err(GuestError::Agent(format!("cargo build exited with {s}"))),
+        Ok(s) => Err(GuestError::Agent(format!(
+            "cargo build of {bin_name} exited with {s}"
+        ))),
         Err(e) => Err(GuestError::Agent(format!("cannot run cargo: {e}"))),
     }
 }
@@ -288,7 +302,12 @@ fn with_parents(dirs: &mut BTreeSet<String>, path: &str) {
 }
 
 /// The entries of the farm initramfs, in a stable order.
-pub fn entries(files: &[TarFile], manifest: &Manifest, agent: Vec<u8>) -> Vec<Entry> {
+pub fn entries(
+    files: &[TarFile],
+    manifest: &Manifest,
+    agent: Vec<u8>,
+    gadget: Vec<u8>,
+) -> Vec<Entry> {
     let mut dirs: BTreeSet<String> = [
         "bin", "sbin", "dev", "proc", "sys", "tmp", "run", "root", "etc", "usr/bin", "usr/sbin",
         "var",
@@ -301,6 +320,7 @@ pub fn entries(files: &[TarFile], manifest: &Manifest, agent: Vec<u8>) -> Vec<En
         regular.insert(f.path.clone(), (f.mode | 0o444, f.data.clone()));
     }
     regular.insert(AGENT_PATH.into(), (0o755, agent));
+    regular.insert(GADGET_PATH.into(), (0o755, gadget));
     let mut links: BTreeMap<String, String> = BTreeMap::new();
     links.insert("bin/sh".into(), "busybox".into());
     links.insert("var/run".into(), "../run".into());
@@ -377,8 +397,9 @@ pub fn image(
             agent_path.display()
         )));
     }
+    let gadget_bin = std::fs::read(build_gadget(paths)?)?;
     let mut buf = Vec::new();
-    cpio::write(&mut buf, &entries(&files, &manifest, agent_bin))?;
+    cpio::write(&mut buf, &entries(&files, &manifest, agent_bin, gadget_bin))?;
     let sha = hex(&Sha256::digest(&buf));
     let cached = paths.guest_dir().join(format!("farm-{}.cpio", &sha[..16]));
     if !cached.is_file() {
@@ -500,7 +521,12 @@ mod tests {
             file("lib64/ld-linux-x86-64.so.2"),
         ];
         check_complete(&m, &files).unwrap();
-        let e = entries(&files, &m, b"\x7fELFagent".to_vec());
+        let e = entries(
+            &files,
+            &m,
+            b"\x7fELFagent".to_vec(),
+            b"\x7fELFgadget".to_vec(),
+        );
         let mut seen_dirs = BTreeSet::new();
         let mut names = BTreeMap::new();
         for x in &e {

@@ -337,6 +337,7 @@ fn describe(
                 "iperf3",
                 "ethtool",
                 "iproute2",
+                "usbredirect",
                 "python3-pytest",
             ],
             &["qemu-system-x86_64 --version"],

@@ -217,3 +217,77 @@ def test_tcg_guests_can_be_told_their_tsc_rate(tmp_path):
     assert append(accel="tcg", tsc_khz=2596126).endswith(" tsc_early_khz=2596126")
     assert "tsc_early_khz" not in append(accel="kvm", tsc_khz=2596126)
     assert "tsc_early_khz" not in append(accel="tcg")
+
+
+# -- the forwarded-gadget path ----------------------------------------------
+
+
+def test_the_exporter_kernel_options_come_from_its_fragment():
+    from phyfarm_farm.plugin import EXPORTER_CONFIG, exporter_options
+
+    text = '# comment\nCONFIG_A=y\n# CONFIG_B is not set\n\nCONFIG_C="x y"\n'
+    assert exporter_options(text) == [
+        "-K",
+        "CONFIG_A=y",
+        "-K",
+        "CONFIG_B=n",
+        "-K",
+        'CONFIG_C="x y"',
+    ]
+    shipped = exporter_options(EXPORTER_CONFIG.read_text())
+    assert "CONFIG_USB_DUMMY_HCD=y" in shipped and "CONFIG_USB_CONFIGFS_F_FS=y" in shipped
+    # Nothing in the exporter may claim the adapter before usbredirect does.
+    assert "CONFIG_USB_NET_AX8817X=n" in shipped
+
+
+@pytest.mark.parametrize("dev", ["emulated", "forwarded-gadget", "forwarded:127.0.0.1:4000"])
+def test_good_devices_are_taken(dev):
+    from phyfarm_farm.plugin import check_device
+
+    check_device(dev)
+
+
+@pytest.mark.parametrize("dev", ["gadget", "forwarded:", "forwarded:host", "forwarded:h:0", ""])
+def test_a_bad_device_is_a_usage_error_naming_it(dev):
+    from phyfarm_farm.plugin import check_device
+
+    with pytest.raises(pytest.UsageError, match="forwarded-gadget"):
+        check_device(dev)
+
+
+def test_the_exporter_names_the_side_that_failed(tmp_path):
+    from phyfarm_farm.exporter import Exporter, ExporterFailed
+
+    assert issubclass(ExporterFailed, HarnessError)
+    e = Exporter(Path("bzImage"), Path("farm.cpio"), "tcg", tmp_path, tmp_path / "usb.sock")
+    argv = " ".join(e.argv)
+    assert "phyfarm.role=exporter" in argv
+    # The model's stream and usbredirect's reach the host on virtio-serial
+    # ports: no network in the exporter.
+    assert f"socket,id=model,path={tmp_path / 'usb.sock'}," in argv
+    assert "virtserialport,chardev=model,name=org.phyfarm.model" in argv
+    assert f"socket,id=redir,path={e.usb_sock},server=on,wait=off" in argv
+    assert "virtserialport,chardev=redir,name=org.phyfarm.usbredir" in argv
+    assert "-netdev" not in e.argv
+    assert e.failure() is None
+    cases = [
+        (
+            "ax88772-gadget: E: cannot connect to the model at 10.0.2.2:1: refused\n",
+            "ax88772-gadget failed",
+        ),
+        (
+            "phyfarm-exporter: ready\nphyfarm-exporter: usbredirect exited with 1\n",
+            "usbredirect exited",
+        ),
+        (
+            "phyfarm-exporter: failed: the gadget was not enumerated within 60 s\n",
+            "failed to set up",
+        ),
+    ]
+    for text, what in cases:
+        e.console.write_text("[    0.1] boot\n" + text)
+        why = e.failure()
+        assert why is not None and why.startswith("exporter: ") and what in why, why
+        assert str(e.console) in why
+    e.console.write_text("phyfarm-exporter: ready\nax88772-gadget: I: gadget bound\n")
+    assert e.failure() is None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .emulator import Emulator
 from .errors import AgentError, CheckFailed, HarnessError
+from .exporter import Exporter
 from .guest import Guest
 
 IP = "/usr/bin/ip"  # iproute2; busybox's sh would run its own `ip` applet
@@ -34,6 +35,8 @@ class Farm:
     dut: str = ""
     partner: str = ""
     notes: dict = field(default_factory=dict)
+    #: The exporter guest on the forwarded-gadget path, else None.
+    exporter: Exporter | None = None
 
     # -- set-up --------------------------------------------------------------
     def find_interfaces(self, timeout: float = 30.0) -> None:

@@ -32,8 +32,9 @@ import pytest
 from . import procs
 from .emulator import Emulator
 from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
+from .exporter import Exporter
 from .farm import Farm
-from .guest import Guest, GuestConfig, host_tsc_khz
+from .guest import Guest, GuestConfig, host_tsc_khz, qemu_user, share_with_qemu
 from .results import Collector, check_id, classify, message
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,8 +74,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption(
         "--device",
         default="emulated",
-        metavar="emulated|forwarded:HOST:PORT",
-        help="the adapter: ax88772-emu, or a real one forwarded by usbredirect",
+        metavar="emulated|forwarded-gadget|forwarded:HOST:PORT",
+        help="the adapter: ax88772-emu over usbredir; ax88772-emu as a USB gadget in an "
+        "exporter guest, exported by the real usbredirect; or a real one forwarded by "
+        "usbredirect",
+    )
+    g.addoption(
+        "--exporter-kernel",
+        metavar="PATH",
+        help="with --device forwarded-gadget: the exporter guest's kernel "
+        "[default: <cache>/out/exporter/bzImage, built from qemu-farm/guest/exporter.config]",
     )
     g.addoption(
         "--guest-timeout",
@@ -113,9 +122,20 @@ MARKERS = [
 ]
 
 
+def check_device(dev: str) -> None:
+    """--device: emulated, forwarded-gadget or forwarded:HOST:PORT."""
+    if dev in ("emulated", GADGET):
+        return
+    host, _, port = dev.removeprefix("forwarded:").rpartition(":")
+    if dev.startswith("forwarded:") and host and port.isdigit() and 0 < int(port) < 65536:
+        return
+    raise pytest.UsageError(f"--device {dev!r}: expected emulated, {GADGET} or forwarded:HOST:PORT")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for m in MARKERS:
         config.addinivalue_line("markers", m)
+    check_device(config.getoption("--device"))
     # A run started from a background script inherits SIGINT as ignored; the
     # harness relies on Ctrl-C (SIGINT) ending the run and its guests, so it
     # sets that handling itself instead of trusting what it inherited.
@@ -191,7 +211,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if bad:
         raise pytest.UsageError("farm checks without a valid check id:\n" + "\n".join(bad))
     dev = config.getoption("--device")
-    if dev != "emulated":
+    if dev.startswith("forwarded:"):
         # The checks still run and report: what the harness cannot do with
         # this device is MISS (missing infrastructure), never a pass.
         skip = pytest.mark.skip(reason=f"needs the emulator's control socket; --device {dev}")
@@ -268,6 +288,11 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         status = classify(call.excinfo, rep.when)
         msg = f"{status} in {rep.when}: {message(call.excinfo)}"
         farm = getattr(item, "_phyfarm_farm", None)
+        broken = farm.exporter.failure() if farm is not None and farm.exporter else None
+        if broken is not None:
+            # The exporter side broke under the check: not the driver's fault.
+            status = "ERROR"
+            msg = f"ERROR in {rep.when}: {broken}\nthe check saw: {message(call.excinfo)}"
         if farm is not None:
             msg += f"\nconsole: {farm.guest.console}"
     else:
@@ -368,6 +393,47 @@ class FarmEnv:
             self.kernels[variant] = _find_or_build_kernel(self, variant)
         return self.kernels[variant]
 
+    def exporter_kernel(self) -> Path:
+        if "exporter" not in self.kernels:
+            self.kernels["exporter"] = _find_or_build_exporter_kernel(self)
+        return self.kernels["exporter"]
+
+
+#: --device value of the forwarded-gadget path.
+GADGET = "forwarded-gadget"
+EXPORTER_CONFIG = REPO / "qemu-farm" / "guest" / "exporter.config"
+
+
+def exporter_options(text: str) -> list[str]:
+    """The -K options of qemu-farm/guest/exporter.config."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        m = re.fullmatch(r"# (CONFIG_[A-Za-z0-9_]+) is not set", line)
+        if m:
+            out += ["-K", f"{m.group(1)}=n"]
+        elif line.startswith("CONFIG_"):
+            out += ["-K", line]
+    return out
+
+
+def _find_or_build_exporter_kernel(env: FarmEnv) -> Path:
+    given = env.config.getoption("--exporter-kernel")
+    if given:
+        k = Path(given)
+        if not k.is_file():
+            raise MissingKernel(f"--exporter-kernel {k} does not exist")
+        return k.resolve()
+    out = cache_dir() / "out" / "exporter"
+    argv = [str(env.phyfarm), "build", "--variant", "c"]
+    argv += exporter_options(EXPORTER_CONFIG.read_text()) + ["-o", str(out)]
+    with _locked("kernel-build"):
+        # phyfarm build is incremental: a no-op when the tree is up to date.
+        _run(argv, "phyfarm build (exporter kernel)")
+    if not (out / "bzImage").is_file():
+        raise MissingKernel(f"the exporter kernel build left no {out}/bzImage")
+    return (out / "bzImage").resolve()
+
 
 def _find_or_build_kernel(env: FarmEnv, variant: str) -> Path:
     cfg = env.config
@@ -461,7 +527,7 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
         if not phyfarm.is_file():
             _cargo_build(["-p", "phyfarm"], "phyfarm")
         emu: Path | None = None
-        if cfg.getoption("--device") == "emulated":
+        if cfg.getoption("--device") in ("emulated", GADGET):
             emu = Path(cfg.getoption("--emulator") or REPO / "target/release/ax88772-emu")
             if not cfg.getoption("--emulator"):
                 _cargo_build(["--release", "-p", "ax88772", "--bin", "ax88772-emu"], "ax88772-emu")
@@ -545,6 +611,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
     started: list = []
     emu: Emulator | None = None
     guest: Guest | None = None
+    exporter: Exporter | None = None
 
     def cleanup() -> None:
         if emu is not None:
@@ -555,6 +622,8 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
                 emu.ctl("pcap", action="stop")
         if guest is not None:
             guest.stop()
+        if exporter is not None:
+            exporter.stop()
         if emu is not None:
             emu.stop()
         shutil.rmtree(sockdir, ignore_errors=True)
@@ -571,6 +640,33 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
         emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
         usb = ("unix", emu.usb_sock)
+        wire = (emu.partner_wire, emu.emu_wire)
+    elif env.device == GADGET and spec.usb:
+        assert env.emulator is not None
+        emu = Emulator(env.emulator, sockdir, logdir, spec.emulator_args)
+        emu.start(timeout=30)
+        started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
+        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
+        exporter = Exporter(env.exporter_kernel(), env.guest_image, env.accel, logdir, emu.usb_sock)
+        user = qemu_user()
+        if user is not None:
+            share_with_qemu(sockdir, user, [emu.usb_sock])
+        try:
+            exporter.start(timeout=min(env.timeout, 120))
+        finally:
+            if exporter.proc is not None:
+                started.append(
+                    {"name": "qemu-exporter", "pid": exporter.proc.pid, "argv": exporter.argv}
+                )
+        item.user_properties.append(
+            (
+                "measurement",
+                json.dumps(
+                    {"name": "exporter_ready", "value": exporter.ready_seconds, "unit": "s"}
+                ),
+            )
+        )
+        usb = ("unix", exporter.usb_sock)
         wire = (emu.partner_wire, emu.emu_wire)
     elif env.device.startswith("forwarded:"):
         _, host, port = env.device.split(":", 2)
@@ -590,6 +686,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
     )
     guest = Guest(cfg, sockdir, logdir)
     farm = Farm(guest=guest, emu=emu, variant=variant, accel=env.accel)
+    farm.exporter = exporter
     item._phyfarm_farm = farm
     try:
         guest.start()

@@ -9,6 +9,7 @@ pub mod device;
 pub mod ep0;
 pub mod faults;
 pub mod framing;
+pub mod gadget;
 pub mod impair;
 pub mod link;
 pub mod log;
