@@ -55,7 +55,7 @@ KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 
 # The harness's own tests (pytest-tests/harness: interrupted runs, hung
 # guests) boot guests too, so they run beside the farm, not in `phyfarm run`.
-# pytest-tests/gadget runs the probe and link-flap checks on the
+# pytest-tests/gadget runs the probe, link-flap and throughput checks on the
 # forwarded-gadget path (the model as a USB gadget in an exporter guest,
 # exported by the real usbredirect) beside the emulated path; it builds the
 # exporter kernel (`make exporter-kernel`) when it is missing.

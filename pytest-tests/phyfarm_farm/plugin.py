@@ -104,6 +104,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--guest-image", metavar="PATH", help="a prebuilt `phyfarm guest image`")
     g.addoption("--emulator", metavar="PATH", help="the ax88772-emu binary [default: built]")
     g.addoption(
+        "--emulator-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra ax88772-emu argument for every check (repeatable), before the "
+        "check's own, e.g. --emulator-arg=--partner-modes=10full,10half",
+    )
+    g.addoption(
         "--kunit-kernel",
         metavar="PATH",
         help="kernel built with -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y "
@@ -632,10 +640,11 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
     item.user_properties.append(("logs", json.dumps(str(logdir))))
     item.user_properties.append(("accel", json.dumps(env.accel)))
     kernel = spec.kernel or env.kernel(variant)
+    emulator_args = list(request.config.getoption("--emulator-arg")) + spec.emulator_args
     usb = wire = None
     if env.device == "emulated" and spec.usb:
         assert env.emulator is not None
-        emu = Emulator(env.emulator, sockdir, logdir, spec.emulator_args)
+        emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
         emu.start(timeout=30)
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
         emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
@@ -643,7 +652,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         wire = (emu.partner_wire, emu.emu_wire)
     elif env.device == GADGET and spec.usb:
         assert env.emulator is not None
-        emu = Emulator(env.emulator, sockdir, logdir, spec.emulator_args)
+        emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
         emu.start(timeout=30)
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
         emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
