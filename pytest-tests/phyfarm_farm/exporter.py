@@ -19,7 +19,13 @@ import time
 from pathlib import Path
 
 from .errors import HarnessError
-from .guest import confinement_args, qemu_user, qemu_version, reconnect_option
+from .guest import (
+    confinement_args,
+    machine_argv,
+    qemu_user,
+    qemu_version,
+    reconnect_option,
+)
 from .procs import Proc
 
 READY = "phyfarm-exporter: ready"
@@ -39,33 +45,10 @@ class ExporterFailed(HarnessError):
 def exporter_argv(
     kernel: Path, initrd: Path, accel: str, console: Path, model_sock: Path, redir_sock: Path
 ) -> list[str]:
-    accel_args = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg"]
     append = "console=ttyS0 panic=-1 loglevel=6 tsc=reliable phyfarm.role=exporter"
     user = qemu_user()
     return [
-        "qemu-system-x86_64",
-        *accel_args,
-        "-M",
-        "pc",
-        "-m",
-        "256",
-        "-smp",
-        "1",
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        str(kernel),
-        "-initrd",
-        str(initrd),
-        "-append",
-        append,
-        "-chardev",
-        f"file,id=con,path={console}",
-        "-serial",
-        "chardev:con",
+        *machine_argv(kernel, initrd, accel, 256, append, console),
         "-device",
         "virtio-serial-pci",
         "-chardev",

@@ -218,18 +218,19 @@ class GuestConfig:
     tsc_khz: int | None = None
 
 
-def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
-    accel = ["-accel", "kvm", "-cpu", "host"] if cfg.accel == "kvm" else ["-accel", "tcg"]
-    append = f"console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable {cfg.append}".strip()
-    if cfg.tsc_khz and cfg.accel == "tcg":
-        append += f" tsc_early_khz={cfg.tsc_khz}"
-    v = [
+def machine_argv(
+    kernel: Path, initrd: Path, accel: str, memory_mb: int, append: str, console: Path
+) -> list[str]:
+    """The machine every phyfarm guest is: one vCPU, no defaults, the kernel
+    and initramfs given, the serial console to a file."""
+    accel_args = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg"]
+    return [
         "qemu-system-x86_64",
-        *accel,
+        *accel_args,
         "-M",
         "pc",
         "-m",
-        str(cfg.memory_mb),
+        str(memory_mb),
         "-smp",
         "1",
         "-nodefaults",
@@ -238,15 +239,24 @@ def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
         "none",
         "-no-reboot",
         "-kernel",
-        str(cfg.kernel),
+        str(kernel),
         "-initrd",
-        str(cfg.initrd),
+        str(initrd),
         "-append",
         append,
         "-chardev",
         f"file,id=con,path={console}",
         "-serial",
         "chardev:con",
+    ]
+
+
+def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
+    append = f"console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable {cfg.append}".strip()
+    if cfg.tsc_khz and cfg.accel == "tcg":
+        append += f" tsc_early_khz={cfg.tsc_khz}"
+    v = [
+        *machine_argv(cfg.kernel, cfg.initrd, cfg.accel, cfg.memory_mb, append, console),
         "-device",
         "virtio-serial-pci",
         "-chardev",
