@@ -6,14 +6,16 @@ export PHYFARM_CACHE
 VENV := $(PHYFARM_CACHE)/venv
 CARGO ?= cargo
 PHYFARM := target/debug/phyfarm
+# Runs a command and prints how long it took ("I: phase NAME: 1m05s").
+PHASE := bash containers/phase.sh
 
 .PHONY: setup phyfarm run images kernel lint unit integration farm test bench selftest fixtures
 
 setup:
-	bash containers/host-setup.sh
+	$(PHASE) setup bash containers/host-setup.sh
 
 phyfarm:
-	$(CARGO) build --workspace --bins
+	$(PHASE) cargo-build $(CARGO) build --workspace --bins
 
 images: setup phyfarm
 	$(PHYFARM) images
@@ -36,18 +38,18 @@ run: setup phyfarm
 	@echo "I: dashboard: file://$(SITE)/index.html (or run: $(PHYFARM) serve)"
 
 lint: setup
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/zizmor --offline --persona auditor --config .github/zizmor.yml .github/workflows
+	$(PHASE) lint/rustfmt $(CARGO) fmt --all -- --check
+	$(PHASE) lint/clippy $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(PHASE) lint/ruff $(VENV)/bin/ruff check .
+	$(PHASE) lint/ruff-format $(VENV)/bin/ruff format --check .
+	$(PHASE) lint/zizmor $(VENV)/bin/zizmor --offline --persona auditor --config .github/zizmor.yml .github/workflows
 
 # The store tests also run against a real PostgreSQL on loopback, started
 # here and stopped afterwards, pass or fail.
 unit: setup
 	@url=$$(bash containers/postgres-test.sh start) || exit 2; \
 	trap 'bash containers/postgres-test.sh stop' EXIT; \
-	PHYFARM_TEST_POSTGRES="$$url" $(CARGO) test --workspace
+	PHYFARM_TEST_POSTGRES="$$url" $(PHASE) unit $(CARGO) test --workspace
 
 # The farm (pytest-tests/farm) boots guests: two at a time, in its own run.
 # The Rust KUnit doctests need a kernel of their own (a separate build tree).
@@ -60,11 +62,11 @@ KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 # exported by the real usbredirect) beside the emulated path; it builds the
 # exporter kernel (`make exporter-kernel`) when it is missing.
 integration: setup phyfarm
-	$(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness --ignore=pytest-tests/gadget
-	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
-	$(VENV)/bin/python -m pytest pytest-tests/farm pytest-tests/harness -n 2
-	$(VENV)/bin/python -m pytest pytest-tests/gadget -s
-	$(PHYFARM) selftest --quick
+	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness --ignore=pytest-tests/gadget
+	$(PHASE) integration/kunit-kernel $(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
+	$(PHASE) integration/farm+harness $(VENV)/bin/python -m pytest pytest-tests/farm pytest-tests/harness -n 2
+	$(PHASE) integration/gadget $(VENV)/bin/python -m pytest pytest-tests/gadget -s
+	$(PHASE) integration/selftest $(PHYFARM) selftest --quick
 
 # The exporter guest's kernel for the forwarded-gadget farm checks: the c
 # variant with qemu-farm/guest/exporter.config (dummy_hcd, configfs gadgets,
@@ -90,7 +92,15 @@ selftest: setup phyfarm
 farm: setup phyfarm
 	$(PHYFARM) test --artifacts $(PHYFARM_CACHE)/out -n 2
 
-test: lint unit integration
+# Each phase prints its time as it ends; the table of all of them comes last.
+test: export PHYFARM_PHASE_LOG := $(PHYFARM_CACHE)/test-phases.tsv
+test: test-phases-start lint unit integration
+	@echo "I: make test phases:" >&2
+	@awk -F'\t' '{t += $$2; printf "  %-26s %3dm%02ds\n", $$1, $$2 / 60, $$2 % 60} END {printf "  %-26s %3dm%02ds\n", "total", t / 60, t % 60}' "$(PHYFARM_PHASE_LOG)" >&2
+
+.PHONY: test-phases-start
+test-phases-start:
+	@mkdir -p "$(PHYFARM_CACHE)" && rm -f "$(PHYFARM_PHASE_LOG)"
 
 .PHONY: dashboard
 dashboard: phyfarm

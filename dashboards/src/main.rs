@@ -57,7 +57,7 @@ enum Command {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let store = phyfarm::store::cli::store_path(cli.store, cli.cache)?;
+    let store = phyfarm::store::store_path(cli.store, cli.cache)?;
     let mut source = Source::new(&store);
     let name = source.name().to_string();
     match cli.command {

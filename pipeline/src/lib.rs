@@ -3,38 +3,21 @@
 //! The binary is a thin layer over this library; every verb of the CLI is a
 //! function here, so tests drive the same code the user runs.
 
-pub mod accel;
-pub mod apply;
-pub mod boot;
+// The folders follow a revision through `phyfarm run`, stage by stage.
+pub mod build; // the distro tree: apply, build per patch, the Rust gates
 pub mod cli;
+pub mod export; // KCIDB, patchwork, JUnit, markdown, b4
+pub mod farm; // the checks: plan, the harness's results contract, base reuse
+pub mod guest; // the guest: initramfs, boot, accelerator
+pub mod ingest; // the series: parse, refuse bad input, what changed
+pub mod results; // the results model every stage speaks
+pub mod run; // one run end to end, its folder, recording it, the self-test
+pub mod store; // where results are kept: SQLite or PostgreSQL, append-only
+pub mod verdict; // what the results mean: comparisons, flakes, the 72 h clock // the verbs
+                 // Shared by every stage.
 pub mod config;
-pub mod contract;
-pub mod cpio;
-pub mod doctor;
-pub mod export;
-pub mod farm;
-pub mod farm_record;
-pub mod guest;
-pub mod images;
-pub mod kconfig;
-pub mod kernel;
-pub mod metadata;
 pub mod progress;
-pub mod record;
-pub mod results;
-pub mod run;
-pub mod run_folder;
-pub mod runtime;
-pub mod safe_fs;
-pub mod sandbox;
-pub mod selftest;
-pub mod series;
-pub mod series_build;
-pub mod series_changed;
-pub mod stats;
-pub mod store;
-pub mod verdict;
-pub mod warnings;
+pub mod sandbox; // containers, and files read without following links
 
 /// How a run ended, shared by the CLI and the test harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

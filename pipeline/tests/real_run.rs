@@ -82,7 +82,7 @@ fn the_real_v8_run_records_every_planned_check_and_awaits_review() {
             .any(|c| c["path"] == path && c["variant"].as_str() == variant && c["status"] == "PASS")
     };
     for variant in ["rust", "c"] {
-        for id in phyfarm::contract::FARM_CHECKS {
+        for id in phyfarm::farm::contract::FARM_CHECKS {
             assert!(
                 has(id, Some(variant)),
                 "{id} ({variant}) not PASS: {checks:?}"

@@ -35,3 +35,29 @@ def test_the_map_names_every_top_level_folder():
     )
     missing = [d for d in top if f"`{d}/`" not in text]
     assert not missing, f"top-level folders the map does not describe: {missing}"
+
+
+def test_the_store_never_imports_the_verdict():
+    """The store records review states from the results model; the verdict
+    reads the store. An import the other way would make them one knot."""
+    offenders = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in sorted((REPO / "pipeline/src/store").rglob("*.rs"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\bcrate::verdict\b|\bsuper::verdict\b", line)
+    ]
+    assert not offenders, offenders
+
+
+def test_a_long_file_says_why_at_its_top():
+    """pipeline/src keeps files short; a file over 500 lines states why in
+    its module comment (the tests of a module live beside it)."""
+    unexplained = []
+    for p in sorted((REPO / "pipeline/src").rglob("*.rs")):
+        lines = p.read_text().splitlines()
+        if len(lines) <= 500 or p.name == "tests.rs":
+            continue
+        head = "\n".join(lines[:30])
+        if "One file over 500 lines:" not in head:
+            unexplained.append(f"{p.relative_to(REPO)} ({len(lines)} lines)")
+    assert not unexplained, unexplained

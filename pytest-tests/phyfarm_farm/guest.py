@@ -97,7 +97,7 @@ def qemu_version(binary: str = "qemu-system-x86_64") -> tuple[int, int]:
 
 #: The user QEMU drops to when the harness runs as root (created by
 #: containers/host-setup.sh; PHYFARM_QEMU_USER overrides it). The same rule
-#: as pipeline/src/boot.rs for `phyfarm boot`.
+#: as pipeline/src/guest/boot.rs for `phyfarm boot`.
 QEMU_USER = "phyfarm-qemu"
 
 

@@ -153,6 +153,84 @@ def test_v8_applies_builds_every_patch_and_passes_the_gates(phyfarm, v8_build):
 
 
 @pytest.mark.slow
+def test_an_unchanged_base_is_not_relinked(phyfarm, v8_build, tmp_path):
+    """Building the base again changes nothing, so nothing is linked again
+    (every container has the same host name, which kbuild records)."""
+    out = tmp_path / "rust"
+    r = phyfarm("build", "--variant", "rust", "-o", str(out))
+    assert r.code == 0, r.describe()
+    log = (out / "build.log").read_text()
+    assert "bzImage is ready" in log, log[-2000:]
+    relinked = re.findall(r"^\s+(?:LD|UPD)\s+(vmlinux|include/generated/compile.h)$", log, re.M)
+    assert not relinked, log[-3000:]
+
+
+def one_patch(tmp_path: Path, path: str, old: str, new: str) -> Path:
+    """A one-patch revision changing one line of `path` in the distro tree."""
+    d = tmp_path / path.replace("/", "_")
+    d.mkdir()
+    (d / "0001-change.patch").write_text(
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: A Contributor <contributor@phyfarm.invalid>\n"
+        "Date: Thu, 3 Dec 2026 10:00:00 +0000\n"
+        f"Subject: [PATCH net-next v1 1/1] change {path}\n\n"
+        "A change to one file.\n---\n"
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
+        f"@@ -1,1 +1,1 @@\n-{old}\n+{new}\n-- \n2.39.5\n"
+    )
+    return d
+
+
+def gates_of(phyfarm, path: Path) -> dict:
+    r = phyfarm("series", "gates", "--json", str(path))
+    assert r.code == 0, r.describe()
+    return {g["gate"]: (g["runs"], g["reason"]) for g in json.loads(r.stdout)}
+
+
+@pytest.mark.slow
+def test_gates_run_only_on_what_a_revision_can_affect(phyfarm, v8_build, tmp_path):
+    """Read from the dependency records of the real base build (v8_build
+    built it): a header bindgen reads runs the crate gates, a C-only change
+    runs none, a driver change lints without documenting."""
+    v8 = gates_of(phyfarm, SERIES / "v8")
+    assert all(runs for runs, _ in v8.values()), v8
+    driver = gates_of(phyfarm, REPO / "patches" / "selftest" / "hostile-metadata" / "v1")
+    assert {g: runs for g, (runs, _) in driver.items()} == {
+        "rustfmtcheck": True,
+        "enum-check": False,
+        "rustdoc": False,
+        "clippy": True,
+    }, driver
+    assert "no header bindgen reads" in driver["rustdoc"][1]
+    c_only = gates_of(
+        phyfarm,
+        one_patch(
+            tmp_path,
+            "drivers/net/phy/ax88796b.c",
+            "// SPDX-License-Identifier: GPL-2.0+",
+            "// SPDX-License-Identifier: GPL-2.0-or-later",
+        ),
+    )
+    assert not any(runs for runs, _ in c_only.values()), c_only
+    header = gates_of(
+        phyfarm,
+        one_patch(
+            tmp_path,
+            "include/linux/phy.h",
+            "/* SPDX-License-Identifier: GPL-2.0-or-later */",
+            "/* SPDX-License-Identifier: GPL-2.0+ */",
+        ),
+    )
+    assert header["rustdoc"] == (True, "the series changes include/linux/phy.h"), header
+    assert header["clippy"][0] and header["enum-check"][0], header
+    assert not header["rustfmtcheck"][0], header
+    # What `phyfarm run` did for v8 is what the command says.
+    out, _ = v8_build
+    ran = {g["name"] for g in read_json(out / "series-build.json")["gates"]}
+    assert set(v8) <= ran
+
+
+@pytest.mark.slow
 def test_both_revisions_are_in_the_store(phyfarm, store, v7_build, v8_build):
     r = phyfarm("--store", str(store), "verdict", "--json")
     assert r.code in (0, 1), r.describe()

@@ -73,7 +73,7 @@ pub fn check(
     dashboard: &str,
 ) -> Result<Vec<B4Result>, ExportError> {
     let mid = message_id(mail);
-    let pid = crate::series::patch_id_stable(mail);
+    let pid = crate::ingest::series::patch_id_stable(mail);
     let hits = store.find_patch(mid.as_deref(), pid.as_deref())?;
     let by_mid = hits
         .iter()

@@ -2,8 +2,8 @@
 //! measurement, plus reviews and the verdict history of every revision.
 //!
 //! [`Store`] is the interface the CLI, the verdict and the exports use; it
-//! speaks only the plain types of [`crate::results`] and [`crate::verdict`],
-//! so the embedded SQLite default ([`SqliteStore`]) and the PostgreSQL
+//! speaks only the plain types of [`crate::results`] (the review states and
+//! transitions included: the store never imports the verdict), so the embedded SQLite default ([`SqliteStore`]) and the PostgreSQL
 //! backend for a fleet of runners ([`PgStore`]) are interchangeable; [`open`]
 //! picks one from the store's location.
 //!
@@ -22,7 +22,6 @@
 //! both backends are append-only (a run's state is its last event) and run
 //! the same tests (`store/tests.rs`).
 
-pub mod cli;
 mod host;
 mod pg_schema;
 mod postgres;
@@ -34,8 +33,8 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+use crate::results::review::{Review, Transition};
 use crate::results::{RevisionInfo, RevisionRef, Run, Timestamp};
-use crate::verdict::{Review, Transition};
 
 pub use pg_schema::{redact, PG_SCHEMA_VERSION};
 pub use postgres::PgStore;
@@ -326,4 +325,16 @@ pub fn previous_revision(all: &[RevisionRecord], of: &RevisionRecord) -> Option<
         .filter(|r| same(r) && r.info.version < of.info.version)
         .max_by_key(|r| r.info.version)
         .cloned()
+}
+
+/// `--store`, else `PHYFARM_STORE` (both via clap), else `<cache>/results.sqlite`.
+pub fn store_path(store: Option<PathBuf>, cache: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(s) = store.filter(|s| !s.as_os_str().is_empty()) {
+        return Ok(s);
+    }
+    let cache = match cache {
+        Some(c) => c,
+        None => crate::config::default_cache()?,
+    };
+    Ok(cache.join(DEFAULT_FILE))
 }

@@ -25,11 +25,11 @@ use super::host::hostname;
 use super::pg_schema::{self, pg_err, LOCK_KEY, LOCK_SQL};
 use super::rules::{self, WriteTx};
 use super::{OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError};
+use crate::results::review::{Review, ReviewKind, State, Transition};
 use crate::results::{
     BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
     TestResult, Timestamp, RESULTS_SCHEMA,
 };
-use crate::verdict::{Review, ReviewKind, State, Transition};
 use write::PgTx;
 
 pub struct PgStore {

@@ -10,10 +10,10 @@
 
 use super::host::{hostname, pid_alive};
 use super::{RunState, StoreError, INTERRUPTED_PATH};
+use crate::results::review::{Review, Transition};
 use crate::results::{
     BuildResult, Measurement, RevisionInfo, RevisionRef, Run, Status, TestResult, Timestamp,
 };
-use crate::verdict::{Review, Transition};
 
 /// A run's environment as stored with each of its events.
 pub(super) struct EventEnv {

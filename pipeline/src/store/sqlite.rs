@@ -4,6 +4,9 @@
 //! This file holds the reads; `sqlite/write.rs` the SQL the store's rules
 //! (`store/rules.rs`) write through. Both only SELECT and INSERT: a run's
 //! state is its last row of `run_events` (see `schema.rs`).
+//!
+//! One file over 500 lines: every read query of the SQLite backend, beside
+//! the schema upgrade that decides what those reads see.
 
 mod write;
 
@@ -16,11 +19,11 @@ use super::host::hostname;
 use super::rules::{self, WriteTx};
 use super::schema::{self, sql_err};
 use super::{OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError};
+use crate::results::review::{Review, ReviewKind, State, Transition};
 use crate::results::{
     BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
     TestResult, Timestamp, RESULTS_SCHEMA,
 };
-use crate::verdict::{Review, ReviewKind, State, Transition};
 use write::SqlTx;
 
 /// How long a writer waits for another one before giving up.

@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::results::fixture::{run, t, test};
+use crate::results::review::{ReviewKind, State};
 use crate::results::Status;
-use crate::verdict::{ReviewKind, State};
 
 mod backend;
 mod pg;

@@ -14,6 +14,9 @@
 //! revision's value is the mean of its own samples (pooled over its runs). A
 //! regression is called only when that mean lies outside the band on the
 //! worse side; fewer than 2 base samples give no band, and then no call.
+//!
+//! One file over 500 lines: every comparison rule (retry, flake, noise band,
+//! previous revision) in one place, so the rules are read and changed together.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -459,7 +462,7 @@ pub const REGRESSION_MIN_EFFECT: f64 = 0.15;
 
 /// Every measurement of `this` against `base`: the band for display, and
 /// the movement from a one-sided Mann–Whitney test on the samples with a
-/// minimum effect of [`REGRESSION_MIN_EFFECT`] (see [`crate::stats`]).
+/// minimum effect of [`REGRESSION_MIN_EFFECT`] (see [`crate::verdict::stats`]).
 pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
     let base = pool(base);
     pool(this)
@@ -478,13 +481,13 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
                     let (bs, ts) = (&b.0[..], &samples[..]);
                     let (worse, better) = if lower_is_better {
                         (
-                            crate::stats::lower(ts, bs, REGRESSION_MIN_EFFECT),
-                            crate::stats::lower(bs, ts, REGRESSION_MIN_EFFECT),
+                            crate::verdict::stats::lower(ts, bs, REGRESSION_MIN_EFFECT),
+                            crate::verdict::stats::lower(bs, ts, REGRESSION_MIN_EFFECT),
                         )
                     } else {
                         (
-                            crate::stats::lower(bs, ts, REGRESSION_MIN_EFFECT),
-                            crate::stats::lower(ts, bs, REGRESSION_MIN_EFFECT),
+                            crate::verdict::stats::lower(bs, ts, REGRESSION_MIN_EFFECT),
+                            crate::verdict::stats::lower(ts, bs, REGRESSION_MIN_EFFECT),
                         )
                     };
                     if let Some(w) = worse {
@@ -494,12 +497,12 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
                         p = Some(x.p);
                         Movement::Improvement
                     } else {
-                        p = crate::stats::p_smaller(ts, bs);
+                        p = crate::verdict::stats::p_smaller(ts, bs);
                         Movement::WithinNoise
                     }
                 }
             };
-            let base_median = b.map(|b| crate::stats::median(&b.0));
+            let base_median = b.map(|b| crate::verdict::stats::median(&b.0));
             MeasurementDelta {
                 name,
                 variant,
@@ -510,7 +513,7 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
                 base: band,
                 delta_pct: base_median
                     .filter(|m| *m != 0.0 && m.is_finite())
-                    .map(|m| (crate::stats::median(&samples) - m) / m * 100.0),
+                    .map(|m| (crate::verdict::stats::median(&samples) - m) / m * 100.0),
                 p,
                 movement,
             }

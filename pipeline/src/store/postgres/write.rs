@@ -10,8 +10,8 @@ use super::super::pg_schema::pg_err;
 use super::super::rules::{self, EventEnv, Results, WriteTx};
 use super::super::{RunState, StoreError};
 use super::{bad, resolve, InTx};
+use crate::results::review::{Review, Transition};
 use crate::results::{RevisionInfo, RevisionRef, Run, Timestamp};
-use crate::verdict::{Review, Transition};
 
 /// One PostgreSQL write transaction, holding the store's lock, as the
 /// store's rules see it.

@@ -8,8 +8,8 @@ use super::super::rules::{self, EventEnv, Results, WriteTx};
 use super::super::schema::sql_err;
 use super::super::{RunState, StoreError};
 use super::resolve;
+use crate::results::review::{Review, Transition};
 use crate::results::{RevisionInfo, RevisionRef, Run, Timestamp};
-use crate::verdict::{Review, Transition};
 
 /// One SQLite write transaction, as the store's rules see it.
 pub(super) struct SqlTx<'a> {

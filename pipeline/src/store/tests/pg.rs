@@ -4,10 +4,10 @@
 
 use super::backend::{self, Backend};
 use crate::results::fixture::{run, test};
+use crate::results::review::{Review, ReviewKind, State, Transition};
 use crate::results::Status;
 use crate::store::pg_schema::{pgpass_lookup, redact};
 use crate::store::{open, OpenMode, RunState, StoreError};
-use crate::verdict::{Review, ReviewKind, State, Transition};
 
 /// A role with the grants containers/runner/README.md gives runners.
 fn runner(b: &backend::Postgres) -> std::path::PathBuf {

@@ -35,19 +35,19 @@ fn no_recorded_row_can_be_updated_or_deleted() {
     st.append_transitions(
         &rev,
         0,
-        &[crate::verdict::Transition {
+        &[crate::results::review::Transition {
             at: t("2026-06-01T02:00:00Z"),
-            state: crate::verdict::State::Testing,
+            state: crate::results::review::State::Testing,
             reason: "x".into(),
         }],
     )
     .unwrap();
     st.add_review(
         &rev,
-        &crate::verdict::Review {
+        &crate::results::review::Review {
             at: t("2026-06-01T03:00:00Z"),
             by: "R".into(),
-            kind: crate::verdict::ReviewKind::Ack,
+            kind: crate::results::review::ReviewKind::Ack,
             reason: "ok".into(),
         },
     )

@@ -1,0 +1,57 @@
+use super::*;
+use clap::CommandFactory;
+
+#[test]
+fn cli_is_well_formed() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn the_dashboard_gets_the_store_out_of_sight_of_ps() {
+    let url = std::path::Path::new("postgresql://phyfarm:s3cret@db.example/results");
+    let cmd = dashboard_command(std::path::Path::new("phyfarm-dashboard"), url, "serve", &[]);
+    let args: Vec<_> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(args, ["serve"]);
+    let env: Vec<_> = cmd.get_envs().collect();
+    assert_eq!(
+        env,
+        [(std::ffi::OsStr::new("PHYFARM_STORE"), Some(url.as_os_str()))]
+    );
+}
+
+#[test]
+fn unknown_variant_is_a_usage_error() {
+    let err = Cli::try_parse_from(["phyfarm", "build", "--variant", "go"]).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert!(err.to_string().contains("invalid value 'go'"), "{err}");
+}
+
+#[test]
+fn a_bad_device_is_a_usage_error() {
+    for ok in ["emulated", "forwarded-gadget", "forwarded:127.0.0.1:4000"] {
+        Cli::try_parse_from(["phyfarm", "test", "--artifacts", "o", "--device", ok]).unwrap();
+    }
+    for bad in [
+        "gadget",
+        "forwarded:host",
+        "forwarded::4000",
+        "forwarded:h:0",
+    ] {
+        let err = Cli::try_parse_from(["phyfarm", "test", "--artifacts", "o", "--device", bad])
+            .unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{bad}");
+        assert!(err.to_string().contains("forwarded-gadget"), "{err}");
+    }
+}
+
+#[test]
+fn run_defaults_to_both_variants() {
+    let cli = Cli::try_parse_from(["phyfarm", "run"]).unwrap();
+    match cli.command {
+        Command::Run(a) => assert_eq!(a.variants, [Variant::Rust, Variant::C]),
+        other => panic!("{other:?}"),
+    }
+}

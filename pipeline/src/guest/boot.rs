@@ -1,0 +1,529 @@
+//! `phyfarm boot`: boot a kernel in a QEMU guest with the project's busybox
+//! initramfs and prove, from inside the guest, that the asix USB driver and the
+//! AX88772A PHY driver are registered, and which implementation (Rust or C) it
+//! is. Results come back on a virtio port, never from the console, which is
+//! kept as a log.
+//!
+//! One file over 500 lines: `phyfarm boot` from QEMU's command line to the parsed
+//! report, in the order a boot happens; its tests are in `boot/tests.rs`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::build::images::{self, hex, ImageKind};
+use crate::build::metadata::{self, read_json, write_json_atomic, BuildMetadata};
+use crate::config::{Paths, Variant};
+use crate::guest::accel::{self, Accel};
+use crate::guest::cpio::{self, Entry};
+use crate::progress::{self, info};
+use crate::sandbox::runtime::{podman_env, Runtime};
+use crate::Outcome;
+
+/// The guest's /init for boot checks.
+pub const BOOT_INIT: &str = include_str!("../../../qemu-farm/guest/boot-check.sh");
+/// The name of the virtio port results come back on.
+pub const RESULT_PORT: &str = "org.phyfarm.result";
+/// The PHY driver name both the C and the Rust driver register.
+pub const PHY_DRIVER: &str = "Asix Electronics AX88772A";
+
+#[derive(Debug, Clone)]
+pub struct BootOptions {
+    pub kernel: PathBuf,
+    pub accel: Accel,
+    pub timeout: Duration,
+    pub out: Option<PathBuf>,
+    pub expect: Option<Variant>,
+    pub runtime: Runtime,
+    pub memory_mb: u32,
+}
+
+/// A statically linked busybox for the guest: from the farm image, or the
+/// host's busybox-static with `--runtime host`.
+pub fn busybox(paths: &Paths, runtime: Runtime) -> Result<Vec<u8>> {
+    match runtime {
+        Runtime::Host => {
+            let p = Path::new("/bin/busybox");
+            let data = std::fs::read(p).context(
+                "--runtime host needs a static /bin/busybox: apt-get install busybox-static",
+            )?;
+            Ok(data)
+        }
+        Runtime::Podman => {
+            let img = images::ensure(paths, ImageKind::Farm)?;
+            let cached = paths
+                .guest_dir()
+                .join(format!("busybox-{}", img.id.get(..12).unwrap_or(&img.id)));
+            if let Ok(data) = std::fs::read(&cached) {
+                return Ok(data);
+            }
+            let out = progress::command(
+                &[
+                    "podman".into(),
+                    "run".into(),
+                    "--rm".into(),
+                    "--network=none".into(),
+                    img.tag.clone(),
+                    "cat".into(),
+                    "/bin/busybox".into(),
+                ],
+                None,
+                &[podman_env(&paths.repo)],
+            )
+            .stdin(Stdio::null())
+            .output()?;
+            if !out.status.success() || out.stdout.len() < 100_000 {
+                bail!("cannot copy /bin/busybox out of {}", img.tag);
+            }
+            std::fs::create_dir_all(paths.guest_dir())?;
+            std::fs::write(&cached, &out.stdout)?;
+            Ok(out.stdout)
+        }
+    }
+}
+
+/// The entries of the boot-check initramfs.
+pub fn boot_entries(busybox: Vec<u8>) -> Vec<Entry> {
+    let mut e = Vec::new();
+    for d in [
+        "bin", "sbin", "dev", "proc", "sys", "tmp", "usr", "usr/bin", "usr/sbin",
+    ] {
+        e.push(Entry::Dir {
+            path: d.into(),
+            mode: 0o755,
+        });
+    }
+    e.push(Entry::CharDev {
+        path: "dev/console".into(),
+        mode: 0o600,
+        major: 5,
+        minor: 1,
+    });
+    e.push(Entry::File {
+        path: "bin/busybox".into(),
+        mode: 0o755,
+        data: busybox,
+    });
+    e.push(Entry::Symlink {
+        path: "bin/sh".into(),
+        target: "busybox".into(),
+    });
+    e.push(Entry::File {
+        path: "init".into(),
+        mode: 0o755,
+        data: BOOT_INIT.as_bytes().to_vec(),
+    });
+    e
+}
+
+/// Build (or reuse) the boot-check initramfs; returns its path.
+pub fn boot_initramfs(paths: &Paths, runtime: Runtime) -> Result<PathBuf> {
+    let bb = busybox(paths, runtime)?;
+    let mut buf = Vec::new();
+    cpio::write(&mut buf, &boot_entries(bb))?;
+    let name = format!("boot-{}.cpio", &hex(&Sha256::digest(&buf))[..12]);
+    let path = paths.guest_dir().join(name);
+    if !path.is_file() {
+        std::fs::create_dir_all(paths.guest_dir())?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &buf)?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    Ok(path)
+}
+
+/// The user QEMU drops to when phyfarm runs as root (created by
+/// containers/host-setup.sh; `PHYFARM_QEMU_USER` overrides it).
+pub const QEMU_USER: &str = "phyfarm-qemu";
+
+/// QEMU's seccomp sandbox: no obsolete system calls, no spawning, no
+/// scheduler or resource changes. set*id stays allowed only when QEMU must
+/// drop root itself (`-runas`): after the drop it has no capabilities and
+/// no_new_privs, so it cannot climb back.
+pub fn sandbox_option(drops_root: bool) -> String {
+    format!(
+        "on,obsolete=deny,elevateprivileges={},spawn=deny,resourcecontrol=deny",
+        if drops_root { "allow" } else { "deny" }
+    )
+}
+
+/// The user QEMU should run as: Some(name) when phyfarm is root and the
+/// user exists; None when phyfarm is not root (QEMU already unprivileged)
+/// or, with a warning, when the user is missing.
+pub fn qemu_runas() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let user = std::env::var("PHYFARM_QEMU_USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| QEMU_USER.to_string());
+    let c = std::ffi::CString::new(user.clone()).ok()?;
+    // SAFETY: c is NUL-terminated; getpwnam returns a static record or NULL.
+    if unsafe { libc::getpwnam(c.as_ptr()) }.is_null() {
+        progress::warn(&format!(
+            "user {user} does not exist: QEMU runs the kernel as root (run containers/host-setup.sh)"
+        ));
+        return None;
+    }
+    Some(user)
+}
+
+/// `-sandbox` and, as root, `-runas USER` for a guest running an untrusted
+/// kernel.
+pub fn confinement_args(runas: Option<&str>) -> Vec<String> {
+    let mut v = vec!["-sandbox".to_string(), sandbox_option(runas.is_some())];
+    if let Some(u) = runas {
+        v.extend(["-runas".to_string(), u.to_string()]);
+    }
+    v
+}
+
+/// The QEMU command line of a boot-check guest.
+pub fn qemu_argv(
+    kernel: &Path,
+    initrd: &Path,
+    accel: Accel,
+    memory_mb: u32,
+    console: &Path,
+    result: &Path,
+    probe: bool,
+) -> Vec<String> {
+    let mut append = String::from("console=ttyS0 panic=-1 oops=panic loglevel=7");
+    if probe {
+        append.push_str(" phyfarm.mode=probe");
+    }
+    let mut v: Vec<String> = vec!["qemu-system-x86_64".into()];
+    v.extend(accel::qemu_args(accel));
+    for a in [
+        "-M",
+        "pc",
+        "-m",
+        &memory_mb.to_string(),
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        &kernel.display().to_string(),
+        "-initrd",
+        &initrd.display().to_string(),
+        "-append",
+        &append,
+        "-chardev",
+        &format!("file,id=con,path={}", console.display()),
+        "-serial",
+        "chardev:con",
+        "-device",
+        "virtio-serial-pci",
+        "-chardev",
+        &format!("file,id=result,path={}", result.display()),
+        "-device",
+        &format!("virtserialport,chardev=result,name={RESULT_PORT}"),
+        "-device",
+        "qemu-xhci",
+    ] {
+        v.push(a.to_string());
+    }
+    v.extend(confinement_args(qemu_runas().as_deref()));
+    v
+}
+
+/// How a guest run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuestEnd {
+    Exited(i32),
+    TimedOut,
+}
+
+/// Run QEMU until it exits or `timeout` passes (then kill it).
+pub fn run_guest(argv: &[String], timeout: Duration) -> Result<(GuestEnd, Duration)> {
+    let start = Instant::now();
+    let mut child: Child = progress::command(argv, None, &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {} (apt-get install qemu-system-x86)", argv[0]))?;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            let code = st.code().unwrap_or(-1);
+            if code != 0 {
+                let mut err = String::new();
+                use std::io::Read;
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                let msg = err.lines().next().unwrap_or("").trim().to_string();
+                if !msg.is_empty() {
+                    bail!("QEMU exited with {code}: {msg}");
+                }
+            }
+            return Ok((GuestEnd::Exited(code), start.elapsed()));
+        }
+        if start.elapsed() >= timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok((GuestEnd::TimedOut, start.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Parse the guest's key=value report.
+pub fn parse_report(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// One check of the boot report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Judge a report: asix registered, the AX88772A PHY driver registered, and
+/// the implementation the build asked for.
+pub fn judge(report: &BTreeMap<String, String>, expect: Option<Variant>) -> Vec<Check> {
+    let get = |k: &str| report.get(k).map(String::as_str).unwrap_or("");
+    let num = |k: &str| get(k).parse::<u64>().unwrap_or(0);
+    let mut checks = vec![
+        Check {
+            name: "usb driver asix registered".into(),
+            ok: get("usb_driver_asix") == "1",
+            detail: "/sys/bus/usb/drivers/asix".into(),
+        },
+        Check {
+            name: format!("phy driver \"{PHY_DRIVER}\" registered"),
+            ok: get("phy_driver_ax88772a") == "1",
+            detail: format!("mdio drivers: {}", get("phy_drivers").trim_end_matches('|')),
+        },
+    ];
+    let found = match (num("rust_phy_symbols") > 0, num("c_phy_symbols") > 0) {
+        (true, false) => Some(Variant::Rust),
+        (false, true) => Some(Variant::C),
+        _ => None,
+    };
+    let detail = format!(
+        "kallsyms: {} ax88796b_rust symbols, {} C driver symbols",
+        num("rust_phy_symbols"),
+        num("c_phy_symbols")
+    );
+    checks.push(match expect {
+        Some(v) => Check {
+            name: format!(
+                "phy driver is the {} one",
+                if v == Variant::Rust { "Rust" } else { "C" }
+            ),
+            ok: found == Some(v),
+            detail,
+        },
+        None => Check {
+            name: "phy driver implementation identified".into(),
+            ok: found.is_some(),
+            detail,
+        },
+    });
+    checks
+}
+
+#[derive(Debug, Serialize)]
+struct BootRecord {
+    reproducer: String,
+    kernel: String,
+    kernel_release: String,
+    accel: String,
+    accel_reason: String,
+    qemu: String,
+    seconds: f64,
+    status: metadata::Status,
+    checks: Vec<Check>,
+    console: String,
+    message: String,
+}
+
+fn qemu_version() -> String {
+    progress::capture(&["qemu-system-x86_64".into(), "--version".into()], &[])
+        .map(|s| s.lines().next().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+/// Boot `opts.kernel` and check the drivers from inside the guest.
+pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outcome> {
+    if !opts.kernel.is_file() {
+        bail!(
+            "kernel {} does not exist: build one with `phyfarm build --variant rust` and pass OUT/bzImage",
+            opts.kernel.display()
+        );
+    }
+    if !images::have("qemu-system-x86_64") {
+        bail!("qemu-system-x86_64 is not installed: run `bash containers/host-setup.sh` (or apt-get install qemu-system-x86)");
+    }
+    let kernel = crate::config::absolute(&opts.kernel);
+    let build_meta: Option<BuildMetadata> = kernel
+        .parent()
+        .and_then(|d| read_json(&d.join("metadata.json")).ok().flatten());
+    let expect = opts.expect.or_else(|| {
+        build_meta
+            .as_ref()
+            .and_then(|m| <Variant as clap::ValueEnum>::from_str(&m.variant, true).ok())
+    });
+    let initrd = boot_initramfs(paths, opts.runtime)?;
+    let out = match &opts.out {
+        Some(o) => o.clone(),
+        None => paths.runs_dir().join(format!(
+            "boot-{}-{}",
+            expect.map(|v| v.name()).unwrap_or("kernel"),
+            metadata::now_rfc3339().replace(':', "")
+        )),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let console = out.join("console.log");
+    let result = out.join("result.txt");
+
+    let probe = |timeout: Duration| -> Result<bool, String> {
+        let pc = out.join("probe-console.log");
+        let pr = out.join("probe-result.txt");
+        let argv = qemu_argv(&kernel, &initrd, Accel::Kvm, opts.memory_mb, &pc, &pr, true);
+        let r = run_guest(&argv, timeout).map_err(|e| e.to_string())?;
+        let ok = std::fs::read_to_string(&pr)
+            .unwrap_or_default()
+            .contains("probe=ok");
+        let _ = std::fs::remove_file(&pc);
+        let _ = std::fs::remove_file(&pr);
+        Ok(matches!(r.0, GuestEnd::Exited(_)) && ok)
+    };
+    let (accel, accel_reason) = accel::resolve(paths, opts.accel, &probe);
+    info(&format!("accelerator: {} ({accel_reason})", accel.name()));
+
+    let argv = qemu_argv(
+        &kernel,
+        &initrd,
+        accel,
+        opts.memory_mb,
+        &console,
+        &result,
+        false,
+    );
+    std::fs::write(
+        out.join("qemu.cmd"),
+        crate::sandbox::runtime::shell_quote(&argv) + "\n",
+    )?;
+    info(&format!(
+        "booting {} under {}",
+        kernel.display(),
+        accel.name()
+    ));
+    let (end, took) = run_guest(&argv, opts.timeout)?;
+    let report = parse_report(&std::fs::read_to_string(&result).unwrap_or_default());
+    let console_text = std::fs::read_to_string(&console).unwrap_or_default();
+
+    let (status, checks, message) = match end {
+        GuestEnd::TimedOut => (
+            metadata::Status::Error,
+            vec![],
+            format!(
+                "the guest did not finish within {}s (--timeout); console: {}",
+                opts.timeout.as_secs(),
+                console.display()
+            ),
+        ),
+        GuestEnd::Exited(_) if report.get("done").map(String::as_str) != Some("1") => {
+            let panic = console_text
+                .lines()
+                .find(|l| l.contains("Kernel panic") || l.contains("BUG:") || l.contains("Oops"))
+                .map(progress::printable)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            let status = if panic.is_empty() {
+                metadata::Status::Error
+            } else {
+                metadata::Status::Fail
+            };
+            let msg = if panic.is_empty() {
+                format!(
+                    "the guest ended without reporting; console: {}",
+                    console.display()
+                )
+            } else {
+                format!(
+                    "the guest kernel failed: {panic}; console: {}",
+                    console.display()
+                )
+            };
+            (status, vec![], msg)
+        }
+        GuestEnd::Exited(_) => {
+            let checks = judge(&report, expect);
+            let ok = checks.iter().all(|c| c.ok);
+            (
+                if ok {
+                    metadata::Status::Pass
+                } else {
+                    metadata::Status::Fail
+                },
+                checks,
+                String::new(),
+            )
+        }
+    };
+    for c in &checks {
+        eprintln!(
+            "{}: {} ({})",
+            if c.ok { "I: PASS" } else { "E: FAIL" },
+            c.name,
+            progress::printable(&c.detail)
+        );
+    }
+    let record = BootRecord {
+        reproducer: reproducer.to_string(),
+        kernel: kernel.display().to_string(),
+        kernel_release: report.get("kernel").cloned().unwrap_or_default(),
+        accel: accel.name().into(),
+        accel_reason,
+        qemu: qemu_version(),
+        seconds: took.as_secs_f64(),
+        status,
+        checks,
+        console: console.display().to_string(),
+        message: message.clone(),
+    };
+    write_json_atomic(&out.join("boot.json"), &record)?;
+    info(&format!(
+        "boot {} in {:.1} s under {}",
+        status,
+        took.as_secs_f64(),
+        accel.name()
+    ));
+    match status {
+        metadata::Status::Pass => {
+            println!("{}", out.display());
+            Ok(Outcome::Pass)
+        }
+        metadata::Status::Fail => {
+            if !message.is_empty() {
+                eprintln!("E: {message}");
+            }
+            println!("{}", out.display());
+            Ok(Outcome::Fail)
+        }
+        _ => bail!("{message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

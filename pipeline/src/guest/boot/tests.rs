@@ -1,0 +1,102 @@
+use super::*;
+
+fn report(rust: u32, c: u32) -> BTreeMap<String, String> {
+    parse_report(&format!(
+        "kernel=6.12.118\nusb_driver_asix=1\nphy_driver_ax88772a=1\nphy_drivers=Asix Electronics AX88772A|Generic PHY|\nrust_phy_symbols={rust}\nc_phy_symbols={c}\ndone=1\n"
+    ))
+}
+
+#[test]
+fn judge_accepts_the_expected_implementation() {
+    assert!(judge(&report(12, 0), Some(Variant::Rust))
+        .iter()
+        .all(|c| c.ok));
+    assert!(judge(&report(0, 2), Some(Variant::C)).iter().all(|c| c.ok));
+}
+
+#[test]
+fn judge_fails_the_wrong_implementation() {
+    let checks = judge(&report(0, 2), Some(Variant::Rust));
+    let bad: Vec<_> = checks.iter().filter(|c| !c.ok).collect();
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0].name, "phy driver is the Rust one");
+    assert!(bad[0]
+        .detail
+        .contains("0 ax88796b_rust symbols, 2 C driver symbols"));
+}
+
+#[test]
+fn judge_fails_missing_drivers() {
+    let mut r = report(1, 0);
+    r.insert("usb_driver_asix".into(), "0".into());
+    r.insert("phy_driver_ax88772a".into(), "0".into());
+    let failed: Vec<_> = judge(&r, None).into_iter().filter(|c| !c.ok).collect();
+    assert_eq!(failed.len(), 2);
+}
+
+#[test]
+fn qemu_argv_reports_on_a_virtio_port_and_never_reboots() {
+    let v = qemu_argv(
+        Path::new("/k/bzImage"),
+        Path::new("/g/i.cpio"),
+        Accel::Tcg,
+        256,
+        Path::new("/o/console.log"),
+        Path::new("/o/result.txt"),
+        false,
+    );
+    let s = v.join(" ");
+    assert!(s.starts_with("qemu-system-x86_64 -accel tcg"), "{s}");
+    assert!(s.contains("-no-reboot"));
+    assert!(s.contains("panic=-1"));
+    assert!(s.contains("virtserialport,chardev=result,name=org.phyfarm.result"));
+    assert!(!s.contains("phyfarm.mode=probe"));
+}
+
+#[test]
+fn guests_are_sandboxed_and_drop_root() {
+    let v = confinement_args(Some("phyfarm-qemu")).join(" ");
+    assert_eq!(
+        v,
+        "-sandbox on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny -runas phyfarm-qemu"
+    );
+    let v = confinement_args(None).join(" ");
+    assert!(
+        v.contains("elevateprivileges=deny") && !v.contains("-runas"),
+        "{v}"
+    );
+    let argv = qemu_argv(
+        Path::new("/k"),
+        Path::new("/i"),
+        Accel::Tcg,
+        256,
+        Path::new("/c"),
+        Path::new("/r"),
+        false,
+    );
+    assert!(argv.iter().any(|a| a == "-sandbox"), "{argv:?}");
+}
+
+#[test]
+fn initramfs_has_init_console_and_busybox() {
+    let e = boot_entries(vec![0x7f, b'E', b'L', b'F']);
+    let names: Vec<String> = e
+        .iter()
+        .map(|e| match e {
+            Entry::Dir { path, .. }
+            | Entry::File { path, .. }
+            | Entry::Symlink { path, .. }
+            | Entry::CharDev { path, .. } => path.clone(),
+        })
+        .collect();
+    for n in ["init", "bin/busybox", "dev/console", "bin/sh"] {
+        assert!(names.contains(&n.to_string()), "{n} missing");
+    }
+    assert!(BOOT_INIT.contains(RESULT_PORT));
+}
+
+#[test]
+fn guest_timeout_is_enforced() {
+    let (end, _) = run_guest(&["sleep".into(), "30".into()], Duration::from_millis(200)).unwrap();
+    assert_eq!(end, GuestEnd::TimedOut);
+}

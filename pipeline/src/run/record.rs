@@ -1,0 +1,302 @@
+//! Turning what `phyfarm run` produced (series-build.json, boot.json) into
+//! the store's runs: one run of the unpatched base and one of the revision,
+//! in the same environment, so the verdict compares like with like.
+
+use crate::run::folder::RunFolder;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::build::series_build::SeriesBuild;
+use crate::config::Variant;
+use crate::results::{BuildResult, Environment, RevisionInfo, Run, Status, TestResult, Timestamp};
+
+/// One boot check: variant, status, accelerator, duration, console path.
+#[derive(Debug, Clone)]
+pub struct Boot {
+    pub variant: Variant,
+    pub status: Status,
+    pub accel: String,
+    pub seconds: f64,
+    pub console: String,
+    pub message: String,
+}
+
+/// Read `boot.json` written by `phyfarm boot`; a missing or unreadable file
+/// is an ERROR (the harness did not finish), never a FAIL.
+pub fn read_boot(variant: Variant, dir: &Path) -> Boot {
+    let v: Option<serde_json::Value> = crate::build::metadata::read_json(&dir.join("boot.json"))
+        .ok()
+        .flatten();
+    let Some(v) = v else {
+        return Boot {
+            variant,
+            status: Status::Error,
+            accel: String::new(),
+            seconds: 0.0,
+            console: dir.join("console.log").display().to_string(),
+            message: "no boot.json: the boot check did not finish".into(),
+        };
+    };
+    let s = v["status"]
+        .as_str()
+        .and_then(Status::parse)
+        .unwrap_or(Status::Error);
+    let failed: Vec<String> = v["checks"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|x| x["ok"] == false)
+                .map(|x| x["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    Boot {
+        variant,
+        status: s,
+        accel: v["accel"].as_str().unwrap_or("").to_string(),
+        seconds: v["seconds"].as_f64().unwrap_or(0.0),
+        console: v["console"].as_str().unwrap_or("").to_string(),
+        message: if failed.is_empty() {
+            v["message"].as_str().unwrap_or("").to_string()
+        } else {
+            format!("failed: {}", failed.join(", "))
+        },
+    }
+}
+
+fn run_id(kind: &str, now: Timestamp) -> String {
+    let stamp = now.to_string().replace(['-', ':'], "");
+    let nonce: u32 = std::process::id() ^ (now.0 as u32).rotate_left(7);
+    format!("{stamp}-{kind}-{nonce:08x}")
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The environment of a run: accelerator, host, images and tools.
+pub fn environment(b: &SeriesBuild, accel: &str, tools: &BTreeMap<String, String>) -> Environment {
+    let mut images = BTreeMap::new();
+    if let Some(i) = &b.image {
+        let (name, _) = i.name.split_once(':').unwrap_or((&i.name, ""));
+        images.insert(name.to_string(), i.id.chars().take(12).collect());
+    }
+    let mut tools = tools.clone();
+    tools.insert(
+        crate::build::images::LINUX_SOURCE_PACKAGE.into(),
+        b.kernel_version.clone(),
+    );
+    Environment {
+        accelerator: accel.to_string(),
+        host: hostname(),
+        arch: "x86_64".into(),
+        images,
+        tools,
+    }
+}
+
+fn boot_test(b: &Boot) -> TestResult {
+    TestResult {
+        path: "boot.drivers".into(),
+        variant: Some(b.variant.name().into()),
+        status: b.status,
+        duration_s: Some(b.seconds),
+        log_path: Some(b.console.clone()),
+        log_excerpt: b.message.clone(),
+        attempt: 0,
+    }
+}
+
+fn base_build(b: &SeriesBuild, v: &str, out: &Path) -> BuildResult {
+    let meta: Option<crate::build::metadata::BuildMetadata> =
+        crate::build::metadata::read_json(&RunFolder::new(out).base().metadata(v))
+            .ok()
+            .flatten();
+    BuildResult {
+        patch: None,
+        variant: v.to_string(),
+        status: b.base.get(v).copied().unwrap_or(Status::Miss),
+        duration_s: meta
+            .as_ref()
+            .map(|m| m.durations.iter().map(|(_, s)| s).sum())
+            .unwrap_or(0.0),
+        warnings: 0,
+        new_warnings: vec![],
+        log_path: Some(
+            RunFolder::new(out)
+                .base()
+                .variant(v)
+                .join("build.log")
+                .display()
+                .to_string(),
+        ),
+        log_excerpt: meta.map(|m| m.log_excerpt.join("\n")).unwrap_or_default(),
+    }
+}
+
+/// The run of the unpatched base: base builds and base boots.
+pub fn base_run(
+    b: &SeriesBuild,
+    out: &Path,
+    boots: &[Boot],
+    env: &Environment,
+    started: Timestamp,
+) -> Run {
+    let now = Timestamp::now();
+    Run {
+        schema: 1,
+        id: run_id("base", now),
+        revision: None,
+        base: format!(
+            "{} {}",
+            crate::build::images::LINUX_SOURCE_PACKAGE,
+            b.kernel_version
+        ),
+        environment: env.clone(),
+        started,
+        finished: Some(now),
+        reproducer: b.reproducer.clone(),
+        builds: b.base.keys().map(|v| base_build(b, v, out)).collect(),
+        tests: boots.iter().map(boot_test).collect(),
+        measurements: vec![],
+    }
+}
+
+/// The run of the revision: apply per patch, build per patch and variant,
+/// the Rust gates and the boots of the patched kernels.
+pub fn revision_run(
+    name: &str,
+    b: &SeriesBuild,
+    boots: &[Boot],
+    env: &Environment,
+    started: Timestamp,
+) -> Run {
+    let now = Timestamp::now();
+    let mut tests = Vec::new();
+    for a in &b.apply {
+        let (st, msg) = match a.state {
+            crate::build::apply::ApplyState::Applied => (Status::Pass, String::new()),
+            crate::build::apply::ApplyState::AlreadyApplied => (Status::Skip, a.message.clone()),
+            crate::build::apply::ApplyState::Failed => (Status::Fail, a.message.clone()),
+            crate::build::apply::ApplyState::Skipped => (Status::Miss, a.message.clone()),
+        };
+        let index = b
+            .series
+            .patches
+            .get(tests.len())
+            .map(|p| p.index)
+            .unwrap_or(a.index as u32);
+        tests.push(TestResult {
+            path: format!("apply.patch{index}"),
+            variant: None,
+            status: st,
+            duration_s: None,
+            log_path: None,
+            log_excerpt: msg,
+            attempt: 0,
+        });
+    }
+    for g in &b.gates {
+        tests.push(TestResult {
+            path: format!("gate.{}", g.name.replace('-', "_")),
+            variant: Some("rust".into()),
+            status: Status::parse(&g.status).unwrap_or(Status::Error),
+            duration_s: Some(g.seconds),
+            log_path: (!g.log.is_empty()).then(|| g.log.clone()),
+            log_excerpt: g.message.clone(),
+            attempt: 0,
+        });
+    }
+    tests.extend(boots.iter().map(boot_test));
+    Run {
+        schema: 1,
+        id: run_id(&format!("v{}", b.series.version), now),
+        revision: Some(RevisionInfo::from_series(name, &b.series)),
+        base: format!(
+            "{} {}",
+            crate::build::images::LINUX_SOURCE_PACKAGE,
+            b.kernel_version
+        ),
+        environment: env.clone(),
+        started,
+        finished: Some(now),
+        reproducer: b.reproducer.clone(),
+        builds: b
+            .builds
+            .iter()
+            .map(|x| BuildResult {
+                patch: Some(x.index),
+                variant: x.variant.name().into(),
+                status: x.status,
+                duration_s: x.seconds,
+                warnings: x.new_warnings.len() as u32,
+                new_warnings: x.new_warnings.iter().map(|w| w.text.clone()).collect(),
+                log_path: Some(x.log.clone()),
+                log_excerpt: x.log_excerpt.join("\n"),
+            })
+            .collect(),
+        tests,
+        measurements: vec![],
+    }
+}
+
+/// The series name: `series.toml`'s name beside the revision folder, else
+/// the folder's (or mbox file's) parent name.
+pub fn series_name(dir: &Path) -> String {
+    let manifest = dir
+        .parent()
+        .map(|p| p.join(crate::ingest::series::MANIFEST_FILE));
+    if let Some(m) = manifest.filter(|m| m.is_file()) {
+        if let Ok(man) = crate::ingest::series::load_manifest(&m) {
+            return man.name;
+        }
+    }
+    dir.parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "series".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_boot_json_is_an_error_not_a_failure() {
+        let d = tempfile::tempdir().unwrap();
+        let b = read_boot(Variant::Rust, d.path());
+        assert_eq!(b.status, Status::Error);
+    }
+
+    #[test]
+    fn failed_boot_checks_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("boot.json"),
+            r#"{"status":"FAIL","accel":"tcg","seconds":3.2,"console":"c.log","message":"",
+               "checks":[{"name":"phy driver is the Rust one","ok":false,"detail":""},{"name":"x","ok":true,"detail":""}]}"#,
+        )
+        .unwrap();
+        let b = read_boot(Variant::Rust, d.path());
+        assert_eq!(b.status, Status::Fail);
+        assert_eq!(b.message, "failed: phy driver is the Rust one");
+        assert_eq!(b.accel, "tcg");
+    }
+
+    #[test]
+    fn shipped_series_is_named_by_its_manifest() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches/rust-phy-enum-check/v8");
+        assert_eq!(series_name(&dir), "rust-phy-enum-check");
+    }
+
+    #[test]
+    fn run_ids_are_valid_and_distinct_per_kind() {
+        let t = Timestamp(1_800_000_000);
+        let a = run_id("base", t);
+        let b = run_id("v8", t);
+        assert_ne!(a, b);
+        assert!(a.contains("-base-"), "{a}");
+    }
+}
