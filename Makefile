@@ -62,9 +62,9 @@ KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 # exported by the real usbredirect) beside the emulated path; it builds the
 # exporter kernel (`make exporter-kernel`) when it is missing.
 integration: setup phyfarm
-	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness --ignore=pytest-tests/gadget
+	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness --ignore=pytest-tests/gadget
 	$(PHASE) integration/kunit-kernel $(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
-	$(PHASE) integration/farm+harness $(VENV)/bin/python -m pytest pytest-tests/farm pytest-tests/harness -n 2
+	$(PHASE) integration/farm+harness $(VENV)/bin/python -m pytest --durations=8 pytest-tests/farm pytest-tests/harness -n 2
 	$(PHASE) integration/gadget $(VENV)/bin/python -m pytest pytest-tests/gadget -s
 	$(PHASE) integration/selftest $(PHYFARM) selftest --quick
 
@@ -92,7 +92,8 @@ selftest: setup phyfarm
 farm: setup phyfarm
 	$(PHYFARM) test --artifacts $(PHYFARM_CACHE)/out -n 2
 
-# Each phase prints its time as it ends; the table of all of them comes last.
+# Each phase prints its time as it ends, the pytest phases their slowest
+# tests; the table of all the phases comes last.
 test: export PHYFARM_PHASE_LOG := $(PHYFARM_CACHE)/test-phases.tsv
 test: test-phases-start lint unit integration
 	@echo "I: make test phases:" >&2

@@ -19,7 +19,14 @@ from phyfarm_farm.errors import (
     KernelFailure,
     SetupError,
 )
-from phyfarm_farm.guest import GuestConfig, find_splats, qemu_argv, reconnect_option
+from phyfarm_farm.guest import (
+    GuestConfig,
+    find_splats,
+    machine_argv,
+    machine_template,
+    qemu_argv,
+    reconnect_option,
+)
 from phyfarm_farm.results import classify, validate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,6 +213,30 @@ def test_qemu_usb_net_is_wired_back_to_back_with_the_partner_nic(tmp_path):
     assert f"id=u0,local.type=unix,local.path={a},remote.type=unix,remote.path={b}" in joined
     assert f"id=n0,local.type=unix,local.path={b},remote.type=unix,remote.path={a}" in joined
     assert "usb-redir" not in joined
+
+
+def test_the_farm_guest_is_the_machine_phyfarm_defines(tmp_path):
+    """The machine comes from `phyfarm guest machine` (the one `phyfarm boot`
+    runs); the harness only fills its slots, each once, never re-reading a
+    value for slots."""
+    tcg = machine_template("tcg")
+    assert tcg[:3] == ("qemu-system-x86_64", "-accel", "tcg"), tcg
+    for slot in ("{kernel}", "{initrd}", "{memory}", "{append}"):
+        assert tcg.count(slot) == 1, (slot, tcg)
+    assert "file,id=con,path={console}" in tcg
+    assert machine_template("kvm")[:5] == ("qemu-system-x86_64", "-accel", "kvm", "-cpu", "host")
+    append = "console=ttyS0 {console} {kernel}"
+    argv = machine_argv(Path("/k/bzImage"), Path("/i.cpio"), "tcg", 384, append, tmp_path / "c")
+    assert argv[argv.index("-kernel") + 1] == "/k/bzImage"
+    assert argv[argv.index("-initrd") + 1] == "/i.cpio"
+    assert argv[argv.index("-m") + 1] == "384"
+    assert argv[argv.index("-append") + 1] == append
+    assert f"file,id=con,path={tmp_path / 'c'}" in argv
+    assert len(argv) == len(tcg)
+    # The whole guest: the machine first, then the farm's devices.
+    cfg = GuestConfig(kernel=Path("/k/bzImage"), initrd=Path("/i.cpio"), accel="tcg", memory_mb=384)
+    full = qemu_argv(cfg, tmp_path / "c", tmp_path / "agent.sock")
+    assert full[: tcg.index("-append")] == argv[: tcg.index("-append")]
 
 
 def test_tcg_guests_can_be_told_their_tsc_rate(tmp_path):

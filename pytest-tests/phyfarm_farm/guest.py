@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import grp
+import json
 import os
 import pwd
 import re
@@ -218,37 +219,47 @@ class GuestConfig:
     tsc_khz: int | None = None
 
 
+def phyfarm_binary() -> Path:
+    """The phyfarm CLI the harness asks (PHYFARM_BIN, else the workspace's
+    debug build, which the plugin builds before any guest starts)."""
+    repo = Path(__file__).resolve().parents[2]
+    return Path(os.environ.get("PHYFARM_BIN", repo / "target/debug/phyfarm"))
+
+
+@functools.cache
+def machine_template(accel: str) -> tuple[str, ...]:
+    """The QEMU machine every phyfarm guest is, as phyfarm defines it for
+    `phyfarm boot` too (pipeline/src/guest/boot.rs), with the slots
+    {kernel}, {initrd}, {memory}, {append} and {console} left to fill."""
+    binary = phyfarm_binary()
+    argv = [str(binary), "guest", "machine", "--accel", accel, "--json"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SetupError(
+            f"cannot run {binary} (build it with `cargo build -p phyfarm`): {e}"
+        ) from e
+    if out.returncode != 0:
+        raise SetupError(f"`{' '.join(argv)}` failed: {out.stderr.strip()[-500:]}")
+    return tuple(json.loads(out.stdout)["argv"])
+
+
+_SLOT = re.compile(r"\{(kernel|initrd|memory|append|console)\}")
+
+
 def machine_argv(
     kernel: Path, initrd: Path, accel: str, memory_mb: int, append: str, console: Path
 ) -> list[str]:
-    """The machine every phyfarm guest is: one vCPU, no defaults, the kernel
-    and initramfs given, the serial console to a file."""
-    accel_args = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg"]
-    return [
-        "qemu-system-x86_64",
-        *accel_args,
-        "-M",
-        "pc",
-        "-m",
-        str(memory_mb),
-        "-smp",
-        "1",
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        str(kernel),
-        "-initrd",
-        str(initrd),
-        "-append",
-        append,
-        "-chardev",
-        f"file,id=con,path={console}",
-        "-serial",
-        "chardev:con",
-    ]
+    """The machine of `machine_template`, filled for one guest. Each slot is
+    replaced once, and a value is never searched for slots itself."""
+    values = {
+        "kernel": str(kernel),
+        "initrd": str(initrd),
+        "memory": str(memory_mb),
+        "append": append,
+        "console": str(console),
+    }
+    return [_SLOT.sub(lambda m: values[m.group(1)], a) for a in machine_template(accel)]
 
 
 def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:

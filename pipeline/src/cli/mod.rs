@@ -238,6 +238,17 @@ pub enum GuestCommand {
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
     },
+    /// Print the QEMU machine every phyfarm guest is (the one `phyfarm boot`
+    /// runs), with the slots {kernel}, {initrd}, {memory}, {append} and
+    /// {console} for the farm to fill per guest
+    Machine {
+        /// The accelerator, already resolved (the farm probes KVM first)
+        #[arg(long, value_parser = ["kvm", "tcg"])]
+        accel: String,
+        /// Print JSON ({"argv": [...], "slots": [...]}) instead of a shell line
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -485,6 +496,25 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Run(a) => run_cmd(&paths, runtime, cli.global.store.clone(), a),
         Command::SandboxMake(a) => {
             kernel::sandbox_make(&paths, runtime, &a.tree, &a.out, &a.targets, &reproducer())
+        }
+        Command::Guest(GuestCommand::Machine { accel, json }) => {
+            let accel = if accel == "kvm" {
+                crate::guest::accel::Accel::Kvm
+            } else {
+                crate::guest::accel::Accel::Tcg
+            };
+            let [kernel, initrd, memory, append, console] = boot::MACHINE_SLOTS;
+            let argv = boot::machine_argv(kernel, initrd, accel, memory, append, console);
+            let text = if json {
+                serde_json::to_string(&serde_json::json!({
+                    "argv": argv,
+                    "slots": boot::MACHINE_SLOTS,
+                }))? + "\n"
+            } else {
+                shell_quote(&argv) + "\n"
+            };
+            print_stdout(&text)?;
+            Ok(Outcome::Pass)
         }
         Command::Guest(GuestCommand::Image { out, agent }) => {
             let rec = crate::guest::image::image(&paths, agent.as_deref(), out.as_deref())?;

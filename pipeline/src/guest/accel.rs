@@ -135,7 +135,8 @@ pub fn resolve_with(
 /// QEMU arguments for an accelerator (`auto` must be resolved first).
 pub fn qemu_args(a: Accel) -> Vec<String> {
     match a {
-        Accel::Kvm => vec!["-accel".into(), "kvm".into()],
+        // The host's CPU model: the guest sees what it runs on.
+        Accel::Kvm => vec!["-accel".into(), "kvm".into(), "-cpu".into(), "host".into()],
         _ => vec!["-accel".into(), "tcg".into()],
     }
 }
@@ -201,6 +202,6 @@ mod tests {
             resolve_with(&p, Accel::Auto, Ok(()), &|_| Ok(true)).0,
             Accel::Kvm
         );
-        assert_eq!(qemu_args(Accel::Kvm), ["-accel", "kvm"]);
+        assert_eq!(qemu_args(Accel::Kvm), ["-accel", "kvm", "-cpu", "host"]);
     }
 }

@@ -185,6 +185,52 @@ pub fn confinement_args(runas: Option<&str>) -> Vec<String> {
     v
 }
 
+/// The slots of [`machine_argv`] that `phyfarm guest machine` leaves for the
+/// farm to fill per guest.
+pub const MACHINE_SLOTS: [&str; 5] = ["{kernel}", "{initrd}", "{memory}", "{append}", "{console}"];
+
+/// The machine every phyfarm guest is, for `phyfarm boot` and (through
+/// `phyfarm guest machine`) for the farm's guests and its exporter guest:
+/// one vCPU, no default devices, the kernel and initramfs given, the serial
+/// console to a file.
+pub fn machine_argv(
+    kernel: &str,
+    initrd: &str,
+    accel: Accel,
+    memory: &str,
+    append: &str,
+    console: &str,
+) -> Vec<String> {
+    let mut v: Vec<String> = vec!["qemu-system-x86_64".into()];
+    v.extend(accel::qemu_args(accel));
+    for a in [
+        "-M",
+        "pc",
+        "-m",
+        memory,
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        kernel,
+        "-initrd",
+        initrd,
+        "-append",
+        append,
+        "-chardev",
+        &format!("file,id=con,path={console}"),
+        "-serial",
+        "chardev:con",
+    ] {
+        v.push(a.to_string());
+    }
+    v
+}
+
 /// The QEMU command line of a boot-check guest.
 pub fn qemu_argv(
     kernel: &Path,
@@ -199,30 +245,15 @@ pub fn qemu_argv(
     if probe {
         append.push_str(" phyfarm.mode=probe");
     }
-    let mut v: Vec<String> = vec!["qemu-system-x86_64".into()];
-    v.extend(accel::qemu_args(accel));
-    for a in [
-        "-M",
-        "pc",
-        "-m",
-        &memory_mb.to_string(),
-        "-smp",
-        "1",
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-        "-kernel",
+    let mut v = machine_argv(
         &kernel.display().to_string(),
-        "-initrd",
         &initrd.display().to_string(),
-        "-append",
+        accel,
+        &memory_mb.to_string(),
         &append,
-        "-chardev",
-        &format!("file,id=con,path={}", console.display()),
-        "-serial",
-        "chardev:con",
+        &console.display().to_string(),
+    );
+    for a in [
         "-device",
         "virtio-serial-pci",
         "-chardev",
