@@ -239,6 +239,36 @@ def test_the_farm_guest_is_the_machine_phyfarm_defines(tmp_path):
     assert full[: tcg.index("-append")] == argv[: tcg.index("-append")]
 
 
+def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
+    """`phyfarm guest plan`, as the plugin's farm_env calls it: a requested
+    accelerator is taken as is, a given image is kept, and the machine is the
+    one of `phyfarm guest machine`. Bad input is exit 2 with the option named."""
+    from phyfarm_farm.guest import phyfarm_binary
+
+    image = tmp_path / "farm.cpio"
+    image.write_bytes(b"070701")
+    argv = [str(phyfarm_binary()), "guest", "plan", "--accel", "tcg", "--image", str(image)]
+    p = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert plan["guest_image"] == str(image)
+    assert (plan["accel"], plan["accel_reason"]) == ("tcg", "requested")
+    assert tuple(plan["machine"]) == machine_template("tcg")
+    for bad, says in (
+        (["--accel", "auto", "--image", str(image)], "--accel auto needs --kernel"),
+        (["--accel", "tcg", "--image", str(tmp_path / "none")], "--image"),
+        (["--accel", "quick"], "--accel"),
+    ):
+        p = subprocess.run(
+            [str(phyfarm_binary()), "guest", "plan", *bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 2, (bad, p.stderr)
+        assert says in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr)
+
+
 def test_tcg_guests_can_be_told_their_tsc_rate(tmp_path):
     def append(**kw) -> str:
         cfg = GuestConfig(kernel=Path("bzImage"), initrd=Path("i"), **kw)

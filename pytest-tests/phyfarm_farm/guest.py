@@ -226,11 +226,23 @@ def phyfarm_binary() -> Path:
     return Path(os.environ.get("PHYFARM_BIN", repo / "target/debug/phyfarm"))
 
 
-@functools.cache
+#: The machines this process has, by accelerator (see machine_template).
+_MACHINES: dict[str, tuple[str, ...]] = {}
+
+
+def use_machine(accel: str, argv: list[str]) -> None:
+    """Keep the machine `phyfarm guest plan` resolved for every guest of this
+    process."""
+    _MACHINES[accel] = tuple(argv)
+
+
 def machine_template(accel: str) -> tuple[str, ...]:
     """The QEMU machine every phyfarm guest is, as phyfarm defines it for
     `phyfarm boot` too (pipeline/src/guest/boot.rs), with the slots
-    {kernel}, {initrd}, {memory}, {append} and {console} left to fill."""
+    {kernel}, {initrd}, {memory}, {append} and {console} left to fill. The
+    plugin has it from `phyfarm guest plan`; otherwise it is asked for once."""
+    if accel in _MACHINES:
+        return _MACHINES[accel]
     binary = phyfarm_binary()
     argv = [str(binary), "guest", "machine", "--accel", accel, "--json"]
     try:
@@ -241,7 +253,8 @@ def machine_template(accel: str) -> tuple[str, ...]:
         ) from e
     if out.returncode != 0:
         raise SetupError(f"`{' '.join(argv)}` failed: {out.stderr.strip()[-500:]}")
-    return tuple(json.loads(out.stdout)["argv"])
+    use_machine(accel, json.loads(out.stdout)["argv"])
+    return _MACHINES[accel]
 
 
 _SLOT = re.compile(r"\{(kernel|initrd|memory|append|console)\}")

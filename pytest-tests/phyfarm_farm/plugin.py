@@ -34,7 +34,14 @@ from .emulator import Emulator
 from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
 from .exporter import Exporter
 from .farm import Farm
-from .guest import Guest, GuestConfig, host_tsc_khz, qemu_user, share_with_qemu
+from .guest import (
+    Guest,
+    GuestConfig,
+    host_tsc_khz,
+    qemu_user,
+    share_with_qemu,
+    use_machine,
+)
 from .results import Collector, check_id, classify, message
 
 REPO = Path(__file__).resolve().parents[2]
@@ -497,34 +504,6 @@ def _cargo_build(args: list[str], what: str) -> None:
         raise SetupError(f"cannot build {what}:\n{p.stderr[-3000:]}")
 
 
-def _resolve_accel(want: str, phyfarm: Path, kernel_hint) -> tuple[str, str]:
-    if want != "auto":
-        return want, "requested"
-    try:
-        fd = os.open("/dev/kvm", os.O_RDWR)
-        os.close(fd)
-    except OSError as e:
-        return "tcg", f"no usable KVM device (/dev/kvm: {e.strerror})"
-    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    probe = cache_dir() / "accel-probe.json"
-    rec = _read_json(probe)
-    if rec.get("boot_id") != boot_id:
-        # `phyfarm boot` probes KVM with a short boot and caches the answer.
-        with _locked("accel-probe"), tempfile.TemporaryDirectory() as d:
-            rec = _read_json(probe)
-            if rec.get("boot_id") != boot_id:
-                subprocess.run(
-                    [str(phyfarm), "boot", "--kernel", str(kernel_hint()), "-o", d],
-                    capture_output=True,
-                    cwd=REPO,
-                    timeout=300,
-                )
-                rec = _read_json(probe)
-    if rec.get("boot_id") != boot_id:
-        return "tcg", "KVM probe gave no answer"
-    return ("kvm" if rec.get("kvm_usable") else "tcg"), rec.get("reason", "")
-
-
 @pytest.fixture(scope="session")
 def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     cfg = request.config
@@ -539,26 +518,31 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
             emu = Path(cfg.getoption("--emulator") or REPO / "target/release/ax88772-emu")
             if not cfg.getoption("--emulator"):
                 _cargo_build(["--release", "-p", "ax88772", "--bin", "ax88772-emu"], "ax88772-emu")
-        image = cfg.getoption("--guest-image")
-        if image is None:
-            out = _run([str(phyfarm), "guest", "image"], "phyfarm guest image", timeout=1800)
-            image = out.strip().splitlines()[-1]
     results_dir: Path = cfg._phyfarm_results_dir  # type: ignore[attr-defined]
     env = FarmEnv(
         config=cfg,
         results_dir=results_dir,
         phyfarm=phyfarm,
         emulator=emu,
-        guest_image=Path(image),
+        guest_image=Path(),
         accel="",
         accel_reason="",
         device=cfg.getoption("--device"),
         timeout=cfg.getoption("--guest-timeout"),
     )
-    variants = selected_variants(cfg)
-    env.accel, env.accel_reason = _resolve_accel(
-        cfg.getoption("--accel"), phyfarm, lambda: env.kernel(variants[0])
-    )
+    # phyfarm resolves the guest once: the image, KVM or TCG (probed with a
+    # short boot of the first kernel), and the QEMU machine for it.
+    want = cfg.getoption("--accel")
+    argv = [str(phyfarm), "guest", "plan", "--accel", want, "--json"]
+    if cfg.getoption("--guest-image") is not None:
+        argv += ["--image", str(cfg.getoption("--guest-image"))]
+    if want == "auto":
+        argv += ["--kernel", str(env.kernel(selected_variants(cfg)[0]))]
+    with _locked("guest-plan"):
+        plan = json.loads(_run(argv, "phyfarm guest plan", timeout=1800))
+    env.guest_image = Path(plan["guest_image"])
+    env.accel, env.accel_reason = plan["accel"], plan["accel_reason"]
+    use_machine(env.accel, plan["machine"])
     results_dir.mkdir(parents=True, exist_ok=True)
     qv = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True)
     envdoc = {

@@ -238,6 +238,24 @@ pub enum GuestCommand {
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
     },
+    /// Resolve, once, what every farm guest needs: the guest image (built or
+    /// reused), the accelerator (auto: KVM only if a short probe boot of
+    /// --kernel finishes, else TCG, with the reason; kept for this host boot)
+    /// and the QEMU machine for it. The farm's pytest plugin starts with this
+    Plan {
+        /// Accelerator
+        #[arg(long, value_enum, default_value = "auto")]
+        accel: crate::guest::accel::Accel,
+        /// The kernel the KVM probe boots (needed with --accel auto)
+        #[arg(long, value_name = "PATH")]
+        kernel: Option<PathBuf>,
+        /// This guest image instead of the one phyfarm builds
+        #[arg(long, value_name = "PATH")]
+        image: Option<PathBuf>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the QEMU machine every phyfarm guest is (the one `phyfarm boot`
     /// runs), with the slots {kernel}, {initrd}, {memory}, {append} and
     /// {console} for the farm to fill per guest
@@ -512,6 +530,59 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 }))? + "\n"
             } else {
                 shell_quote(&argv) + "\n"
+            };
+            print_stdout(&text)?;
+            Ok(Outcome::Pass)
+        }
+        Command::Guest(GuestCommand::Plan {
+            accel,
+            kernel,
+            image,
+            json,
+        }) => {
+            use crate::guest::accel::Accel;
+            let guest_image = match image {
+                Some(p) if p.is_file() => crate::config::absolute(&p),
+                Some(p) => anyhow::bail!("--image {}: no such file", p.display()),
+                None => crate::guest::image::image(&paths, None, None)?.path,
+            };
+            let (resolved, reason) = if accel == Accel::Auto {
+                let Some(kernel) = kernel else {
+                    anyhow::bail!("--accel auto needs --kernel: the KVM probe boots it");
+                };
+                if !kernel.is_file() {
+                    anyhow::bail!("--kernel {}: no such file", kernel.display());
+                }
+                let initrd = boot::boot_initramfs(&paths, runtime)?;
+                let scratch = tempfile::tempdir()?;
+                boot::resolve_accel(
+                    &paths,
+                    accel,
+                    &crate::config::absolute(&kernel),
+                    &initrd,
+                    256,
+                    scratch.path(),
+                )
+            } else {
+                (accel, "requested".to_string())
+            };
+            let [k, i, m, a, c] = boot::MACHINE_SLOTS;
+            let machine = boot::machine_argv(k, i, resolved, m, a, c);
+            let text = if json {
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "guest_image": guest_image,
+                    "accel": resolved.name(),
+                    "accel_reason": reason,
+                    "machine": machine,
+                    "slots": boot::MACHINE_SLOTS,
+                }))? + "\n"
+            } else {
+                format!(
+                    "guest image: {}\naccelerator: {} ({reason})\nmachine: {}\n",
+                    guest_image.display(),
+                    resolved.name(),
+                    shell_quote(&machine)
+                )
             };
             print_stdout(&text)?;
             Ok(Outcome::Pass)

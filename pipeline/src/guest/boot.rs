@@ -392,6 +392,33 @@ fn qemu_version() -> String {
         .unwrap_or_default()
 }
 
+/// Resolve the accelerator for guests of `kernel`: `auto` becomes KVM only
+/// when a short probe boot of `kernel` (with the boot-check `initrd`) under
+/// KVM finishes; the answer is kept for this host boot (see [`accel`]). The
+/// probe's console and result files go to `scratch` and are removed.
+pub fn resolve_accel(
+    paths: &Paths,
+    want: Accel,
+    kernel: &Path,
+    initrd: &Path,
+    memory_mb: u32,
+    scratch: &Path,
+) -> (Accel, String) {
+    let probe = |timeout: Duration| -> Result<bool, String> {
+        let pc = scratch.join("probe-console.log");
+        let pr = scratch.join("probe-result.txt");
+        let argv = qemu_argv(kernel, initrd, Accel::Kvm, memory_mb, &pc, &pr, true);
+        let r = run_guest(&argv, timeout).map_err(|e| e.to_string())?;
+        let ok = std::fs::read_to_string(&pr)
+            .unwrap_or_default()
+            .contains("probe=ok");
+        let _ = std::fs::remove_file(&pc);
+        let _ = std::fs::remove_file(&pr);
+        Ok(matches!(r.0, GuestEnd::Exited(_)) && ok)
+    };
+    accel::resolve(paths, want, &probe)
+}
+
 /// Boot `opts.kernel` and check the drivers from inside the guest.
 pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outcome> {
     if !opts.kernel.is_file() {
@@ -425,19 +452,8 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
     let console = out.join("console.log");
     let result = out.join("result.txt");
 
-    let probe = |timeout: Duration| -> Result<bool, String> {
-        let pc = out.join("probe-console.log");
-        let pr = out.join("probe-result.txt");
-        let argv = qemu_argv(&kernel, &initrd, Accel::Kvm, opts.memory_mb, &pc, &pr, true);
-        let r = run_guest(&argv, timeout).map_err(|e| e.to_string())?;
-        let ok = std::fs::read_to_string(&pr)
-            .unwrap_or_default()
-            .contains("probe=ok");
-        let _ = std::fs::remove_file(&pc);
-        let _ = std::fs::remove_file(&pr);
-        Ok(matches!(r.0, GuestEnd::Exited(_)) && ok)
-    };
-    let (accel, accel_reason) = accel::resolve(paths, opts.accel, &probe);
+    let (accel, accel_reason) =
+        resolve_accel(paths, opts.accel, &kernel, &initrd, opts.memory_mb, &out);
     info(&format!("accelerator: {} ({accel_reason})", accel.name()));
 
     let argv = qemu_argv(
