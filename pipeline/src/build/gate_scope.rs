@@ -271,7 +271,14 @@ $(deps_rust/bindings/bindings_generated.rs):\n";
              source_drivers/net/phy/ax88796b.o := /src/drivers/net/phy/ax88796b.c\n\
              deps_drivers/net/phy/ax88796b.o := \\\n  /src/include/linux/mii.h \\\n\n",
         );
+        // Only kbuild's hidden `.*.cmd` files are records; anything else
+        // that looks like one is not read.
+        let stray = "savedcmd_x := rustc x\nsource_x := /src/include/linux/stray.h\n";
+        w("rust/kernel.cmd", stray);
+        w("rust/.kernel.o.d", stray);
+        w("drivers/net/phy/notes.txt", stray);
         let deps = RustDeps::read(d.path()).unwrap();
+        assert!(!deps.objects.contains("include/linux/stray.h"));
         assert!(deps.crates.contains("include/linux/phy.h"));
         assert!(!deps.crates.contains("drivers/net/phy/ax88796b_rust.rs"));
         assert!(deps.objects.contains("drivers/net/phy/ax88796b_rust.rs"));
@@ -347,6 +354,8 @@ $(deps_rust/bindings/bindings_generated.rs):\n";
         for rule in [
             "drivers/net/phy/Kconfig",
             "drivers/net/phy/Makefile",
+            "arch/x86/Kbuild",
+            "tools/build/feature.mk",
             "scripts/Makefile.build",
             ".clippy.toml",
         ] {
