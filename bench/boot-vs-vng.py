@@ -55,7 +55,7 @@ from phyfarm_farm import procs  # noqa: E402
 from phyfarm_farm.emulator import Emulator  # noqa: E402
 from phyfarm_farm.errors import FarmError  # noqa: E402
 from phyfarm_farm.farm import Farm  # noqa: E402
-from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz  # noqa: E402
+from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, phyfarm_binary  # noqa: E402
 
 TARGET = 0.3
 MIN_REPEAT = 5
@@ -80,7 +80,7 @@ def cache_dir() -> Path:
 
 
 def phyfarm_bin() -> Path:
-    return Path(os.environ.get("PHYFARM_BIN", REPO / "target/debug/phyfarm"))
+    return phyfarm_binary()
 
 
 def run_tool(argv: list[str], what: str, timeout: float = 1800) -> str:

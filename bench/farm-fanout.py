@@ -66,9 +66,12 @@ def makespan(jobs: list[float], workers: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) > 1 or (argv and argv[0] in ("-h", "--help")):
+    if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip())
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0
+    if len(argv) > 1:
+        print("E: at most one RESULTS.json (see --help)", file=sys.stderr)
+        return 2
     path = Path(argv[0]) if argv else default_results()
     try:
         jobs = durations(path)

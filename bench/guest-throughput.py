@@ -46,7 +46,13 @@ from phyfarm_farm import procs  # noqa: E402
 from phyfarm_farm.emulator import Emulator  # noqa: E402
 from phyfarm_farm.errors import FarmError  # noqa: E402
 from phyfarm_farm.farm import IP, NETNS, Farm  # noqa: E402
-from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, qemu_version  # noqa: E402
+from phyfarm_farm.guest import (  # noqa: E402
+    Guest,
+    GuestConfig,
+    host_tsc_khz,
+    phyfarm_binary,
+    qemu_version,
+)
 
 #: 100BASE-TX on the wire: 1500-byte MTU frames take 1538 byte times
 #: (14 header, 4 FCS, 8 preamble, 12 inter-frame gap).
@@ -347,7 +353,7 @@ def prepare(args) -> tuple[Path, dict, Path, Path]:
         emulator = REPO / "target/release/ax88772-emu"
     image = args.guest_image
     if image is None:
-        phyfarm = Path(os.environ.get("PHYFARM_BIN", REPO / "target/debug/phyfarm"))
+        phyfarm = phyfarm_binary()
         if not phyfarm.is_file():
             run_tool(["cargo", "build", "--quiet", "-p", "phyfarm"], "cargo build -p phyfarm")
         out = run_tool([str(phyfarm), "guest", "image"], "phyfarm guest image")

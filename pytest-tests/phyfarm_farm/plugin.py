@@ -38,6 +38,7 @@ from .guest import (
     Guest,
     GuestConfig,
     host_tsc_khz,
+    phyfarm_binary,
     qemu_user,
     share_with_qemu,
     use_machine,
@@ -509,7 +510,7 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     cfg = request.config
     if shutil.which("qemu-system-x86_64") is None:
         raise SetupError("qemu-system-x86_64 is not installed (bash containers/host-setup.sh)")
-    phyfarm = Path(os.environ.get("PHYFARM_BIN", REPO / "target/debug/phyfarm"))
+    phyfarm = phyfarm_binary()
     with _locked("cargo"):
         if not phyfarm.is_file():
             _cargo_build(["-p", "phyfarm"], "phyfarm")

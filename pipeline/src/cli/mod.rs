@@ -86,7 +86,8 @@ pub enum Command {
     /// Patch series: parse and show what phyfarm sees
     #[command(subcommand)]
     Series(SeriesCommand),
-    /// The farm guest: its initramfs (busybox, iperf3, ethtool, ip, the agent)
+    /// The farm guest: its initramfs (busybox, iperf3, ethtool, ip, the agent),
+    /// its QEMU machine, and the plan the farm starts from
     #[command(subcommand)]
     Guest(GuestCommand),
     /// Run the farm's checks (pytest-tests/farm) on a build's outputs and
@@ -243,9 +244,10 @@ pub enum GuestCommand {
     /// --kernel finishes, else TCG, with the reason; kept for this host boot)
     /// and the QEMU machine for it. The farm's pytest plugin starts with this
     Plan {
-        /// Accelerator
+        /// Accelerator: auto probes KVM with a short boot of --kernel and
+        /// falls back to TCG
         #[arg(long, value_enum, default_value = "auto")]
-        accel: crate::guest::accel::Accel,
+        accel: Accel,
         /// The kernel the KVM probe boots (needed with --accel auto)
         #[arg(long, value_name = "PATH")]
         kernel: Option<PathBuf>,
@@ -261,8 +263,8 @@ pub enum GuestCommand {
     /// {console} for the farm to fill per guest
     Machine {
         /// The accelerator, already resolved (the farm probes KVM first)
-        #[arg(long, value_parser = ["kvm", "tcg"])]
-        accel: String,
+        #[arg(long, value_parser = resolved_accel, value_name = "kvm|tcg")]
+        accel: Accel,
         /// Print JSON ({"argv": [...], "slots": [...]}) instead of a shell line
         #[arg(long)]
         json: bool,
@@ -371,7 +373,7 @@ pub struct GuestArgs {
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     pub timeout: u64,
     /// Guest memory in MiB
-    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    #[arg(long, default_value_t = boot::DEFAULT_MEMORY_MB, value_name = "MIB")]
     pub memory: u32,
 }
 
@@ -516,13 +518,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             kernel::sandbox_make(&paths, runtime, &a.tree, &a.out, &a.targets, &reproducer())
         }
         Command::Guest(GuestCommand::Machine { accel, json }) => {
-            let accel = if accel == "kvm" {
-                crate::guest::accel::Accel::Kvm
-            } else {
-                crate::guest::accel::Accel::Tcg
-            };
-            let [kernel, initrd, memory, append, console] = boot::MACHINE_SLOTS;
-            let argv = boot::machine_argv(kernel, initrd, accel, memory, append, console);
+            let argv = boot::machine_template(accel);
             let text = if json {
                 serde_json::to_string(&serde_json::json!({
                     "argv": argv,
@@ -540,7 +536,6 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             image,
             json,
         }) => {
-            use crate::guest::accel::Accel;
             let guest_image = match image {
                 Some(p) if p.is_file() => crate::config::absolute(&p),
                 Some(p) => anyhow::bail!("--image {}: no such file", p.display()),
@@ -560,14 +555,13 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     accel,
                     &crate::config::absolute(&kernel),
                     &initrd,
-                    256,
+                    boot::DEFAULT_MEMORY_MB,
                     scratch.path(),
                 )
             } else {
                 (accel, "requested".to_string())
             };
-            let [k, i, m, a, c] = boot::MACHINE_SLOTS;
-            let machine = boot::machine_argv(k, i, resolved, m, a, c);
+            let machine = boot::machine_template(resolved);
             let text = if json {
                 serde_json::to_string_pretty(&serde_json::json!({
                     "guest_image": guest_image,
@@ -752,6 +746,15 @@ fn dashboard_command(
     let mut cmd = std::process::Command::new(bin);
     cmd.env("PHYFARM_STORE", store).arg(verb).args(args);
     cmd
+}
+
+/// `--accel` where only an accelerator already resolved makes sense.
+fn resolved_accel(s: &str) -> Result<Accel, String> {
+    match s {
+        "kvm" => Ok(Accel::Kvm),
+        "tcg" => Ok(Accel::Tcg),
+        _ => Err("expected kvm or tcg (resolve auto with `phyfarm guest plan`)".into()),
+    }
 }
 
 /// Write to stdout; a closed pipe (`| head`) ends quietly instead of panicking.

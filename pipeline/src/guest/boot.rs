@@ -185,9 +185,18 @@ pub fn confinement_args(runas: Option<&str>) -> Vec<String> {
     v
 }
 
+/// Guest memory, for `phyfarm boot`, its KVM probe and the farm's guests.
+pub const DEFAULT_MEMORY_MB: u32 = 256;
+
 /// The slots of [`machine_argv`] that `phyfarm guest machine` leaves for the
 /// farm to fill per guest.
 pub const MACHINE_SLOTS: [&str; 5] = ["{kernel}", "{initrd}", "{memory}", "{append}", "{console}"];
+
+/// [`machine_argv`] with its [`MACHINE_SLOTS`] left unfilled.
+pub fn machine_template(accel: Accel) -> Vec<String> {
+    let [kernel, initrd, memory, append, console] = MACHINE_SLOTS;
+    machine_argv(kernel, initrd, accel, memory, append, console)
+}
 
 /// The machine every phyfarm guest is, for `phyfarm boot` and (through
 /// `phyfarm guest machine`) for the farm's guests and its exporter guest:

@@ -60,13 +60,18 @@ pub(super) fn rust_gates(
     builds: &[PatchBuild],
     broken: bool,
 ) -> Result<Vec<Gate>> {
+    if broken {
+        return Ok(GATES
+            .map(|g| skipped(g, "the series does not apply"))
+            .to_vec());
+    }
     let mut gates = Vec::new();
     let unbuilt = builds
         .iter()
         .any(|b| b.variant == Variant::Rust && b.status != Status::Pass);
     let scopes = gate_scopes(ctx.paths, &ctx.tc.kernel_version, s);
     for (g, scope) in GATES.into_iter().zip(&scopes) {
-        if !scope.runs && !broken {
+        if !scope.runs {
             info(&format!("[gate {g}] SKIP: {}", printable(&scope.reason)));
             gates.push(skipped(g, &scope.reason));
             continue;
@@ -75,7 +80,7 @@ pub(super) fn rust_gates(
             gates.push(skipped(g, "the series does not build"));
             continue;
         }
-        gates.push(run_gate(ctx, g, broken)?);
+        gates.push(run_gate(ctx, g)?);
     }
     Ok(gates)
 }
@@ -117,7 +122,7 @@ pub fn gate_scopes(paths: &Paths, kernel_version: &str, s: &Series) -> Vec<gate_
     gate_scope::decide(&GATES, &touched, deps.as_ref())
 }
 
-fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
+fn run_gate(ctx: &Ctx, name: &str) -> Result<Gate> {
     let log_path = RunFolder::new(&ctx.opts.out)
         .logs()
         .join(format!("gate-{name}.log"));
@@ -130,10 +135,6 @@ fn run_gate(ctx: &Ctx, name: &str, broken: bool) -> Result<Gate> {
         log: log_path.display().to_string(),
         log_excerpt: vec![],
     };
-    if broken {
-        gate.message = "the series does not apply".into();
-        return Ok(gate);
-    }
     let Some(argv) = gate_target(name, ctx.opts.jobs, &ctx.trees.work) else {
         gate.message = "the tree has no enum exhaustiveness check".into();
         return Ok(gate);
