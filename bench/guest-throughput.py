@@ -172,11 +172,10 @@ def boot(c: Config, args, kernel: Path, image: Path, emulator: Path, out: Path) 
     if c.emulator_args is not None:
         emu = Emulator(emulator, c.sockdir, logdir, ["--quiet", *c.emulator_args])
         emu.start(timeout=30)
-        usb, usb_net = ("unix", emu.usb_sock), None
+        usb, usb_net = ("unix", emu.usb_sock), False
         wire = (emu.partner_wire, emu.emu_wire)
     else:
-        usb, usb_net = None, (c.sockdir / "usbnet.sock", c.sockdir / "partner.sock")
-        wire = (usb_net[1], usb_net[0])
+        usb, usb_net, wire = None, True, None
     cfg = GuestConfig(
         kernel=kernel,
         initrd=image,

@@ -19,13 +19,7 @@ import time
 from pathlib import Path
 
 from .errors import HarnessError
-from .guest import (
-    confinement_args,
-    machine_argv,
-    qemu_user,
-    qemu_version,
-    reconnect_option,
-)
+from .guest import chardev_reconnect, machine_argv
 from .procs import Proc
 
 READY = "phyfarm-exporter: ready"
@@ -46,20 +40,18 @@ def exporter_argv(
     kernel: Path, initrd: Path, accel: str, console: Path, model_sock: Path, redir_sock: Path
 ) -> list[str]:
     append = "console=ttyS0 panic=-1 loglevel=6 tsc=reliable phyfarm.role=exporter"
-    user = qemu_user()
     return [
         *machine_argv(kernel, initrd, accel, 256, append, console),
         "-device",
         "virtio-serial-pci",
         "-chardev",
-        f"socket,id=model,path={model_sock},{reconnect_option(qemu_version())}",
+        f"socket,id=model,path={model_sock},{chardev_reconnect()}",
         "-device",
         "virtserialport,chardev=model,name=org.phyfarm.model",
         "-chardev",
         f"socket,id=redir,path={redir_sock},server=on,wait=off",
         "-device",
         "virtserialport,chardev=redir,name=org.phyfarm.usbredir",
-        *confinement_args(user.pw_name if user else None, qemu_version()),
     ]
 
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import grp
 import json
 import os
-import pwd
 import re
 import stat
 import subprocess
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,64 +83,21 @@ def phylib_error(s: Splat) -> int | None:
     return int(m.group(1))
 
 
-@functools.cache
-def qemu_version(binary: str = "qemu-system-x86_64") -> tuple[int, int]:
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
-    except OSError as e:
-        raise SetupError(f"{binary} is not installed (apt-get install qemu-system-x86)") from e
-    m = re.search(r"version (\d+)\.(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+@dataclass(frozen=True)
+class QemuUser:
+    """The user QEMU drops to when the harness runs as root (phyfarm decides
+    it: `phyfarm guest machine --json`, "qemu_user")."""
+
+    name: str
+    uid: int
+    gid: int
 
 
-#: The user QEMU drops to when the harness runs as root (created by
-#: containers/host-setup.sh; PHYFARM_QEMU_USER overrides it). The same rule
-#: as pipeline/src/guest/boot.rs for `phyfarm boot`.
-QEMU_USER = "phyfarm-qemu"
-
-
-def sandbox_option(drops_root: bool) -> str:
-    """QEMU's seccomp sandbox. set*id stays allowed only when QEMU drops root
-    itself: afterwards it has no capabilities and no_new_privs."""
-    return (
-        "on,obsolete=deny,elevateprivileges="
-        + ("allow" if drops_root else "deny")
-        + ",spawn=deny,resourcecontrol=deny"
-    )
-
-
-@functools.cache
-def qemu_user() -> pwd.struct_passwd | None:
-    """The user QEMU runs the untrusted kernel as, or None when the harness is
-    not root (QEMU is unprivileged already) or the user is missing (warned)."""
-    if os.geteuid() != 0:
-        return None
-    name = os.environ.get("PHYFARM_QEMU_USER") or QEMU_USER
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        warnings.warn(
-            f"user {name} does not exist: QEMU runs the kernel as root "
-            "(run containers/host-setup.sh)",
-            stacklevel=2,
-        )
-        return None
-
-
-def confinement_args(user: str | None, version: tuple[int, int]) -> list[str]:
-    v = ["-sandbox", sandbox_option(user is not None)]
-    if user is not None:
-        # -runas is spelled -run-with user= from QEMU 9.1 on.
-        v += ["-run-with", f"user={user}"] if version >= (9, 1) else ["-runas", user]
-    return v
-
-
-def share_with_qemu(sockdir: Path, user: pwd.struct_passwd, sockets: list[Path]) -> None:
+def share_with_qemu(sockdir: Path, gid: int, sockets: list[Path]) -> None:
     """Let QEMU, once it has dropped root, reach the sockets it connects or
     sends to after the drop (connect and sendto need write permission on a
-    socket): `sockdir` and those sockets get QEMU's group, nothing else (the
-    emulator's control socket stays root's)."""
-    gid = user.pw_gid
+    socket): `sockdir` and those sockets get QEMU's group `gid`, nothing else
+    (the emulator's control socket stays root's)."""
     os.chown(sockdir, -1, gid)
     os.chmod(sockdir, (os.stat(sockdir).st_mode & 0o7777) | stat.S_IXGRP)
     for p in sockets:
@@ -164,9 +118,8 @@ def peer_sockets(cfg: GuestConfig) -> list[Path]:
     out: list[Path] = []
     if cfg.usb is not None and cfg.usb[0] == "unix":
         out.append(Path(cfg.usb[1]))
-    for pair in (cfg.wire, cfg.usb_net):
-        if pair is not None:
-            out.append(Path(pair[1]))
+    if cfg.wire is not None and not cfg.usb_net:
+        out.append(Path(cfg.wire[1]))
     return out
 
 
@@ -175,11 +128,6 @@ def group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
-
-
-def reconnect_option(version: tuple[int, int]) -> str:
-    """QEMU before 9.2 spells the chardev client retry `reconnect=SECS`."""
-    return "reconnect-ms=1000" if version >= (9, 2) else "reconnect=1"
 
 
 def host_tsc_khz() -> int | None:
@@ -211,9 +159,9 @@ class GuestConfig:
     usb: tuple | None = None
     #: (qemu local, emulator) dgram socket paths for the partner NIC, or None.
     wire: tuple[Path, Path] | None = None
-    #: (local, remote) dgram socket paths for QEMU's own usb-net (CDC-ECM)
-    #: adapter on xHCI, the reference the benchmarks compare against, or None.
-    usb_net: tuple[Path, Path] | None = None
+    #: QEMU's own usb-net (CDC-ECM) adapter on xHCI, wired to the partner NIC
+    #: inside QEMU (`wire` is then unused): the benchmarks' reference.
+    usb_net: bool = False
     #: Under TCG, the guest's TSC rate in kHz (`tsc_early_khz=`), or None to
     #: let the guest calibrate it (see host_tsc_khz).
     tsc_khz: int | None = None
@@ -226,21 +174,23 @@ def phyfarm_binary() -> Path:
     return Path(os.environ.get("PHYFARM_BIN", repo / "target/debug/phyfarm"))
 
 
-#: The machines this process has, by accelerator (see machine_template).
-_MACHINES: dict[str, tuple[str, ...]] = {}
+#: The machines this process has, by accelerator (see machine).
+_MACHINES: dict[str, dict] = {}
 
 
-def use_machine(accel: str, argv: list[str]) -> None:
+def use_machine(accel: str, description: dict) -> None:
     """Keep the machine `phyfarm guest plan` resolved for every guest of this
     process."""
-    _MACHINES[accel] = tuple(argv)
+    _MACHINES[accel] = description
 
 
-def machine_template(accel: str) -> tuple[str, ...]:
+def machine(accel: str) -> dict:
     """The QEMU machine every phyfarm guest is, as phyfarm defines it for
-    `phyfarm boot` too (pipeline/src/guest/boot.rs), with the slots
-    {kernel}, {initrd}, {memory}, {append} and {console} left to fill. The
-    plugin has it from `phyfarm guest plan`; otherwise it is asked for once."""
+    `phyfarm boot` too (pipeline/src/guest/boot.rs): "argv", the template
+    with the slots {kernel}, {initrd}, {memory}, {append} and {console}
+    left to fill (confinement included), and what phyfarm decided with it:
+    "qemu_user" (or null), "qemu_version", "chardev_reconnect". The plugin
+    has it from `phyfarm guest plan`; otherwise it is asked for once."""
     if accel in _MACHINES:
         return _MACHINES[accel]
     binary = phyfarm_binary()
@@ -253,8 +203,35 @@ def machine_template(accel: str) -> tuple[str, ...]:
         ) from e
     if out.returncode != 0:
         raise SetupError(f"`{' '.join(argv)}` failed: {out.stderr.strip()[-500:]}")
-    use_machine(accel, json.loads(out.stdout)["argv"])
+    use_machine(accel, json.loads(out.stdout))
     return _MACHINES[accel]
+
+
+def _any_machine() -> dict:
+    """A machine description, for what does not depend on the accelerator."""
+    return next(iter(_MACHINES.values()), None) or machine("tcg")
+
+
+def machine_template(accel: str) -> tuple[str, ...]:
+    return tuple(machine(accel)["argv"])
+
+
+def qemu_user() -> QemuUser | None:
+    """The user QEMU runs the untrusted kernel as, or None when the harness is
+    not root (QEMU is unprivileged already) or the user is missing (phyfarm
+    warned)."""
+    u = _any_machine().get("qemu_user")
+    return QemuUser(u["name"], int(u["uid"]), int(u["gid"])) if u else None
+
+
+def qemu_version() -> tuple[int, int]:
+    major, minor = _any_machine()["qemu_version"]
+    return int(major), int(minor)
+
+
+def chardev_reconnect() -> str:
+    """How a reconnecting `-chardev socket` client is spelled for this QEMU."""
+    return str(_any_machine()["chardev_reconnect"])
 
 
 _SLOT = re.compile(r"\{(kernel|initrd|memory|append|console)\}")
@@ -289,7 +266,7 @@ def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
         f"virtserialport,chardev=agent,name={AGENT_PORT}",
     ]
     if cfg.usb is not None:
-        rc = reconnect_option(qemu_version())
+        rc = chardev_reconnect()
         if cfg.usb[0] == "unix":
             chardev = f"socket,id=ur0,path={cfg.usb[1]},{rc}"
         else:
@@ -302,14 +279,15 @@ def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
             "-device",
             "usb-redir,chardev=ur0,bus=xhci.0",
         ]
-    if cfg.usb_net is not None:
+    if cfg.usb_net:
+        # QEMU's usb-net and the partner NIC, back to back on a hub inside
+        # this QEMU: no socket for QEMU to reach after it dropped root.
         if cfg.usb is None:
             v += ["-device", "qemu-xhci,id=xhci"]
-        v += [*_dgram_netdev("u0", *cfg.usb_net), "-device", "usb-net,netdev=u0,bus=xhci.0"]
-    if cfg.wire is not None:
+        v += ["-netdev", "hubport,id=u0,hubid=0", "-device", "usb-net,netdev=u0,bus=xhci.0"]
+        v += ["-netdev", "hubport,id=n0,hubid=0", "-device", "virtio-net-pci,netdev=n0"]
+    elif cfg.wire is not None:
         v += [*_dgram_netdev("n0", *cfg.wire), "-device", "virtio-net-pci,netdev=n0"]
-    user = qemu_user()
-    v += confinement_args(user.pw_name if user else None, qemu_version())
     return v
 
 
@@ -342,7 +320,7 @@ class Guest:
         (self.logdir / "qemu.cmd").write_text(" ".join(self.argv) + "\n")
         user = qemu_user()
         if user is not None:
-            share_with_qemu(self.agent_sock.parent, user, peer_sockets(self.cfg))
+            share_with_qemu(self.agent_sock.parent, user.gid, peer_sockets(self.cfg))
         self.started = time.monotonic()
         self.proc = Proc("qemu", self.argv, self.logdir / "qemu.log")
         self.agent = Agent(self.agent_sock, self.dead)

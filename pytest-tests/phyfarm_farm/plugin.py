@@ -644,7 +644,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         exporter = Exporter(env.exporter_kernel(), env.guest_image, env.accel, logdir, emu.usb_sock)
         user = qemu_user()
         if user is not None:
-            share_with_qemu(sockdir, user, [emu.usb_sock])
+            share_with_qemu(sockdir, user.gid, [emu.usb_sock])
         try:
             exporter.start(timeout=min(env.timeout, 120))
         finally:

@@ -136,7 +136,11 @@ pub fn check(paths: &Paths) -> Vec<Finding> {
             "QEMU user",
             !root || user.is_some(),
             match (&user, root) {
-                (Some(u), _) => format!("QEMU drops to {u} (-runas) and runs with -sandbox on"),
+                (Some(u), _) => {
+                    use crate::guest::boot::{confinement_args, QemuVersion};
+                    let drop = confinement_args(Some(u), QemuVersion::installed())[2..].join(" ");
+                    format!("QEMU drops to {u} ({drop}) and runs with -sandbox on")
+                }
                 (None, false) => {
                     "phyfarm is not root: QEMU runs unprivileged, with -sandbox on".into()
                 }

@@ -259,8 +259,10 @@ pub enum GuestCommand {
         json: bool,
     },
     /// Print the QEMU machine every phyfarm guest is (the one `phyfarm boot`
-    /// runs), with the slots {kernel}, {initrd}, {memory}, {append} and
-    /// {console} for the farm to fill per guest
+    /// runs, confined: -sandbox, and as root the drop to the QEMU user), with
+    /// the slots {kernel}, {initrd}, {memory}, {append} and {console} for the
+    /// farm to fill per guest. --json adds the confinement, the QEMU user,
+    /// QEMU's version and its reconnecting-chardev option
     Machine {
         /// The accelerator, already resolved (the farm probes KVM first)
         #[arg(long, value_parser = resolved_accel, value_name = "kvm|tcg")]
@@ -518,14 +520,10 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             kernel::sandbox_make(&paths, runtime, &a.tree, &a.out, &a.targets, &reproducer())
         }
         Command::Guest(GuestCommand::Machine { accel, json }) => {
-            let argv = boot::machine_template(accel);
             let text = if json {
-                serde_json::to_string(&serde_json::json!({
-                    "argv": argv,
-                    "slots": boot::MACHINE_SLOTS,
-                }))? + "\n"
+                serde_json::to_string(&boot::machine_description(accel))? + "\n"
             } else {
-                shell_quote(&argv) + "\n"
+                shell_quote(&boot::machine_template(accel)) + "\n"
             };
             print_stdout(&text)?;
             Ok(Outcome::Pass)
@@ -567,8 +565,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     "guest_image": guest_image,
                     "accel": resolved.name(),
                     "accel_reason": reason,
-                    "machine": machine,
-                    "slots": boot::MACHINE_SLOTS,
+                    "machine": boot::machine_description(resolved),
                 }))? + "\n"
             } else {
                 format!(

@@ -152,10 +152,18 @@ pub fn sandbox_option(drops_root: bool) -> String {
     )
 }
 
-/// The user QEMU should run as: Some(name) when phyfarm is root and the
+/// The user QEMU drops to: its name and ids.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QemuUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The user QEMU should run as: Some(user) when phyfarm is root and the
 /// user exists; None when phyfarm is not root (QEMU already unprivileged)
 /// or, with a warning, when the user is missing.
-pub fn qemu_runas() -> Option<String> {
+pub fn qemu_user() -> Option<QemuUser> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return None;
@@ -165,24 +173,75 @@ pub fn qemu_runas() -> Option<String> {
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| QEMU_USER.to_string());
     let c = std::ffi::CString::new(user.clone()).ok()?;
-    // SAFETY: c is NUL-terminated; getpwnam returns a static record or NULL.
-    if unsafe { libc::getpwnam(c.as_ptr()) }.is_null() {
+    // SAFETY: c is NUL-terminated; getpwnam returns a static record or NULL,
+    // read at once before any other passwd call.
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
         progress::warn(&format!(
             "user {user} does not exist: QEMU runs the kernel as root (run containers/host-setup.sh)"
         ));
         return None;
     }
-    Some(user)
+    // SAFETY: pw is a valid passwd record (checked non-null above).
+    let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+    Some(QemuUser {
+        name: user,
+        uid,
+        gid,
+    })
 }
 
-/// `-sandbox` and, as root, `-runas USER` for a guest running an untrusted
-/// kernel.
-pub fn confinement_args(runas: Option<&str>) -> Vec<String> {
+/// The name of the user QEMU should run as (see [`qemu_user`]).
+pub fn qemu_runas() -> Option<String> {
+    qemu_user().map(|u| u.name)
+}
+
+/// `-sandbox` and, as root, the drop to `runas` for a guest running an
+/// untrusted kernel: `-runas USER` before QEMU 9.1, `-run-with user=USER`
+/// from 9.1 on (where `-runas` is deprecated).
+pub fn confinement_args(runas: Option<&str>, version: QemuVersion) -> Vec<String> {
     let mut v = vec!["-sandbox".to_string(), sandbox_option(runas.is_some())];
     if let Some(u) = runas {
-        v.extend(["-runas".to_string(), u.to_string()]);
+        if version >= QemuVersion(9, 1) {
+            v.extend(["-run-with".to_string(), format!("user={u}")]);
+        } else {
+            v.extend(["-runas".to_string(), u.to_string()]);
+        }
     }
     v
+}
+
+/// QEMU's version, major and minor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct QemuVersion(pub u32, pub u32);
+
+impl QemuVersion {
+    /// From `qemu-system-x86_64 --version`'s first line ("QEMU emulator
+    /// version 7.2.19 (Debian …)").
+    pub fn parse(text: &str) -> Option<QemuVersion> {
+        let rest = text.split("version ").nth(1)?;
+        let mut it = rest.split(|c: char| !c.is_ascii_digit());
+        let major = it.next()?.parse().ok()?;
+        let minor = it.next()?.parse().ok()?;
+        Some(QemuVersion(major, minor))
+    }
+
+    /// The installed QEMU's, asked once per process; 0.0 when it cannot be
+    /// run (the boot itself then says why).
+    pub fn installed() -> QemuVersion {
+        static V: std::sync::OnceLock<QemuVersion> = std::sync::OnceLock::new();
+        *V.get_or_init(|| QemuVersion::parse(&qemu_version()).unwrap_or(QemuVersion(0, 0)))
+    }
+
+    /// How a `-chardev socket` client asks to reconnect: QEMU before 9.2
+    /// spells it `reconnect=SECS`.
+    pub fn chardev_reconnect(self) -> &'static str {
+        if self >= QemuVersion(9, 2) {
+            "reconnect-ms=1000"
+        } else {
+            "reconnect=1"
+        }
+    }
 }
 
 /// Guest memory, for `phyfarm boot`, its KVM probe and the farm's guests.
@@ -198,10 +257,29 @@ pub fn machine_template(accel: Accel) -> Vec<String> {
     machine_argv(kernel, initrd, accel, memory, append, console)
 }
 
+/// What `phyfarm guest machine --json` and `phyfarm guest plan --json` say
+/// of the machine, so the farm asks instead of deciding again: the template
+/// and its slots, the confinement inside it, the user QEMU drops to (the
+/// farm hands that user's group the sockets QEMU connects to), QEMU's
+/// version and its spelling of a reconnecting chardev.
+pub fn machine_description(accel: Accel) -> serde_json::Value {
+    let version = QemuVersion::installed();
+    let user = qemu_user();
+    serde_json::json!({
+        "argv": machine_template(accel),
+        "slots": MACHINE_SLOTS,
+        "confinement": confinement_args(user.as_ref().map(|u| u.name.as_str()), version),
+        "qemu_user": user,
+        "qemu_version": [version.0, version.1],
+        "chardev_reconnect": version.chardev_reconnect(),
+    })
+}
+
 /// The machine every phyfarm guest is, for `phyfarm boot` and (through
 /// `phyfarm guest machine`) for the farm's guests and its exporter guest:
 /// one vCPU, no default devices, the kernel and initramfs given, the serial
-/// console to a file.
+/// console to a file, confined (`-sandbox`, and as root the drop to
+/// [`qemu_user`]; see [`confinement_args`]).
 pub fn machine_argv(
     kernel: &str,
     initrd: &str,
@@ -237,6 +315,10 @@ pub fn machine_argv(
     ] {
         v.push(a.to_string());
     }
+    v.extend(confinement_args(
+        qemu_runas().as_deref(),
+        QemuVersion::installed(),
+    ));
     v
 }
 
@@ -274,7 +356,6 @@ pub fn qemu_argv(
     ] {
         v.push(a.to_string());
     }
-    v.extend(confinement_args(qemu_runas().as_deref()));
     v
 }
 

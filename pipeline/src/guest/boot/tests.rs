@@ -55,16 +55,25 @@ fn qemu_argv_reports_on_a_virtio_port_and_never_reboots() {
 
 #[test]
 fn guests_are_sandboxed_and_drop_root() {
-    let v = confinement_args(Some("phyfarm-qemu")).join(" ");
+    let v = confinement_args(Some("phyfarm-qemu"), QemuVersion(7, 2)).join(" ");
     assert_eq!(
         v,
         "-sandbox on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny -runas phyfarm-qemu"
     );
-    let v = confinement_args(None).join(" ");
+    // -runas is spelled -run-with user= from QEMU 9.1 on.
+    let v = confinement_args(Some("phyfarm-qemu"), QemuVersion(9, 1)).join(" ");
     assert!(
-        v.contains("elevateprivileges=deny") && !v.contains("-runas"),
+        v.ends_with(" -run-with user=phyfarm-qemu") && !v.contains("-runas"),
         "{v}"
     );
+    let v = confinement_args(Some("phyfarm-qemu"), QemuVersion(9, 0)).join(" ");
+    assert!(v.ends_with(" -runas phyfarm-qemu"), "{v}");
+    let v = confinement_args(None, QemuVersion(9, 2)).join(" ");
+    assert!(
+        v.contains("elevateprivileges=deny") && !v.contains("-runas") && !v.contains("-run-with"),
+        "{v}"
+    );
+    // Every guest's machine is confined, the boot check's and the farm's.
     let argv = qemu_argv(
         Path::new("/k"),
         Path::new("/i"),
@@ -74,7 +83,32 @@ fn guests_are_sandboxed_and_drop_root() {
         Path::new("/r"),
         false,
     );
-    assert!(argv.iter().any(|a| a == "-sandbox"), "{argv:?}");
+    assert_eq!(
+        argv.iter().filter(|a| *a == "-sandbox").count(),
+        1,
+        "{argv:?}"
+    );
+    let t = machine_template(Accel::Tcg);
+    assert_eq!(t.iter().filter(|a| *a == "-sandbox").count(), 1, "{t:?}");
+    let d = machine_description(Accel::Tcg);
+    let conf: Vec<String> = serde_json::from_value(d["confinement"].clone()).unwrap();
+    assert!(t.ends_with(&conf), "{t:?} does not end with {conf:?}");
+}
+
+#[test]
+fn qemu_versions_parse_and_pick_option_spellings() {
+    let v = QemuVersion::parse("QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u16)");
+    assert_eq!(v, Some(QemuVersion(7, 2)));
+    assert_eq!(
+        QemuVersion::parse("QEMU emulator version 10.0.2"),
+        Some(QemuVersion(10, 0))
+    );
+    assert_eq!(QemuVersion::parse("qemu: command not found"), None);
+    assert_eq!(QemuVersion::parse("version x.y"), None);
+    assert_eq!(QemuVersion(7, 2).chardev_reconnect(), "reconnect=1");
+    assert_eq!(QemuVersion(9, 1).chardev_reconnect(), "reconnect=1");
+    assert_eq!(QemuVersion(9, 2).chardev_reconnect(), "reconnect-ms=1000");
+    assert!(QemuVersion(10, 0) > QemuVersion(9, 2));
 }
 
 #[test]
