@@ -1,8 +1,13 @@
+//! One file over 500 lines: every session-level test of the device (hello,
+//! plug and replug, control requests, bulk queues, pacing, impairment), all
+//! driving one `Device` through usbredir packets and wire frames.
+
 use super::*;
+use crate::descriptors::Variant;
 use crate::framing;
 use crate::impair::ImpairConfig;
 use crate::mac::cmd;
-use usbredir::Hello;
+use usbredir::{ControlPacket, Hello};
 
 const MAC: [u8; 6] = [0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc];
 

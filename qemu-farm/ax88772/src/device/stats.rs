@@ -1,0 +1,101 @@
+//! What the device counts and captures: the public [`Counters`] and `Stats`,
+//! the device's [`NicEvents`] (counters, warnings, the pcap capture).
+
+use serde::Serialize;
+
+use super::Device;
+use crate::log_w;
+use crate::nic::{Drop, NicEvents};
+use crate::pcap::Pcap;
+
+/// Frame and request counters (MDIO counts live in the PHY snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+    pub tx_dropped_no_link: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub rx_length_errors: u64,
+    pub rx_dropped_no_link: u64,
+    pub rx_dropped_gated: u64,
+    pub rx_filtered: u64,
+    pub rx_overflow: u64,
+    pub rx_too_big_for_request: u64,
+    pub impair_dropped: u64,
+    pub impair_corrupted: u64,
+    pub bulk_out_transfers: u64,
+    pub bulk_in_transfers: u64,
+    pub bulk_cancelled: u64,
+    pub bulk_refused: u64,
+    pub control_requests: u64,
+    pub control_stalls: u64,
+    pub mdio_faults_injected: u64,
+    pub delay_overflow: u64,
+    pub interrupt_packets: u64,
+    pub usb_resets: u64,
+    pub usbredir_errors: u64,
+}
+
+/// Counters and the wire capture: what the datapath reports lands here.
+pub(super) struct Stats {
+    pub(super) counters: Counters,
+    pub(super) pcap: Option<Pcap>,
+}
+
+impl NicEvents for Stats {
+    fn tx_frame(&mut self, len: usize) {
+        self.counters.tx_frames += 1;
+        self.counters.tx_bytes += len as u64;
+    }
+    fn rx_frame(&mut self, len: usize) {
+        self.counters.rx_frames += 1;
+        self.counters.rx_bytes += len as u64;
+    }
+    fn on_wire(&mut self, frame: &[u8]) {
+        if let Some(p) = &mut self.pcap {
+            if let Err(e) = p.write(frame) {
+                log_w!("pcap: {}: {e}; capture stopped", p.path().display());
+                self.pcap = None;
+            }
+        }
+    }
+    fn dropped(&mut self, why: Drop, n: u64) {
+        let c = &mut self.counters;
+        *match why {
+            Drop::TxNoLink => &mut c.tx_dropped_no_link,
+            Drop::TxBadHeader | Drop::TxOversized => &mut c.tx_errors,
+            Drop::RxNoLink => &mut c.rx_dropped_no_link,
+            Drop::RxLength => &mut c.rx_length_errors,
+            Drop::RxGated => &mut c.rx_dropped_gated,
+            Drop::RxFiltered => &mut c.rx_filtered,
+            Drop::RxOverflow => &mut c.rx_overflow,
+            Drop::RxTooBigForRequest => &mut c.rx_too_big_for_request,
+            Drop::Impaired => &mut c.impair_dropped,
+            Drop::DelayOverflow => &mut c.delay_overflow,
+        } += n;
+    }
+    fn corrupted(&mut self) {
+        self.counters.impair_corrupted += 1;
+    }
+    fn warn(&mut self, msg: std::fmt::Arguments<'_>) {
+        log_w!("{msg}");
+    }
+}
+
+impl Device {
+    pub fn counters(&self) -> &Counters {
+        &self.stats.counters
+    }
+
+    pub fn reset_counters(&mut self) {
+        self.stats.counters = Counters::default();
+        self.nic.phy.reset_counters();
+    }
+
+    /// Count a decoding error reported by the codec.
+    pub fn usbredir_error(&mut self) {
+        self.stats.counters.usbredir_errors += 1;
+    }
+}
