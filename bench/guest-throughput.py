@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO / "pytest-tests"))
 from phyfarm_farm import procs  # noqa: E402
 from phyfarm_farm.emulator import Emulator  # noqa: E402
 from phyfarm_farm.errors import FarmError  # noqa: E402
-from phyfarm_farm.farm import IP, NETNS, Farm  # noqa: E402
+from phyfarm_farm.farm import NETNS, Farm, tcp_goodput_ratio  # noqa: E402
 from phyfarm_farm.guest import (  # noqa: E402
     Guest,
     GuestConfig,
@@ -54,10 +54,7 @@ from phyfarm_farm.guest import (  # noqa: E402
     qemu_version,
 )
 
-#: 100BASE-TX on the wire: 1500-byte MTU frames take 1538 byte times
-#: (14 header, 4 FCS, 8 preamble, 12 inter-frame gap).
 LINE_MBPS = 100.0
-WIRE_BYTES = 1500 + 14 + 4 + 8 + 12
 PACED_TARGET = 0.99
 UNPACED_TARGET = 0.8
 DIRECTIONS = (("tx", "DUT->partner", False), ("rx", "partner->DUT", True))
@@ -79,9 +76,8 @@ def cache_dir() -> Path:
 
 
 def tcp_goodput_mbps(timestamps: bool) -> float:
-    """Most TCP payload a 100 Mbit/s link carries: MSS / wire bytes per segment."""
-    mss = 1500 - 20 - 20 - (12 if timestamps else 0)
-    return LINE_MBPS * mss / WIRE_BYTES
+    """Most TCP payload a 100 Mbit/s link carries (the farm's rule)."""
+    return LINE_MBPS * tcp_goodput_ratio(timestamps)
 
 
 # -- what the run needs ------------------------------------------------------
@@ -193,10 +189,7 @@ def boot(c: Config, args, kernel: Path, image: Path, emulator: Path, out: Path) 
     guest.start()
     c.farm.find_interfaces(timeout=min(args.guest_timeout, 60))
     c.farm.setup_network(carrier_timeout=30)
-    ts = "1" if args.timestamps else "0"
-    # tcp_timestamps is per network namespace: set it on both ends.
-    for prefix in ([], [IP, "netns", "exec", NETNS]):
-        c.farm.guest.check([*prefix, "sysctl", "-w", f"net.ipv4.tcp_timestamps={ts}"])
+    c.farm.set_tcp_timestamps(args.timestamps)
     c.farm.start_iperf_server()
     speed = c.farm.link_state().get("speed", "?")
     c.clocksource = guest.read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
@@ -221,21 +214,17 @@ def stop(c: Config) -> None:
 
 
 def measure(c: Config, d: str, reverse: bool, args) -> float:
-    """One iperf3 run; Mbit/s in host time (Farm.iperf_host_time measures the
-    guest clock's rate around the run, so guests with different clocks
-    compare fairly)."""
+    """One iperf3 run of --omit + --seconds; the goodput the receiver counted
+    over the last --seconds, Mbit/s in host time (Farm.tcp_goodput, as the
+    farm's throughput check measures: the guest clock's rate around the run
+    is measured, so guests with different clocks compare fairly)."""
     assert c.farm is not None
-    data, clock = c.farm.iperf_host_time(
-        "-O", str(args.omit), seconds=args.seconds, reverse=reverse
-    )
-    end = data["end"]
-    rate = end["sum_received"]["bits_per_second"] / 1e6 * clock
-    c.runs[d].append(rate)
-    c.clock_rates.append(clock)
-    retr = end.get("sum_sent", {}).get("retransmits")
-    if retr is not None:
-        c.retransmits[d].append(retr)
-    return rate
+    g = c.farm.tcp_goodput(seconds=args.seconds + args.omit, reverse=reverse, skip=args.omit)
+    c.runs[d].append(g.mbps)
+    c.clock_rates.append(g.clock)
+    if g.retransmits is not None:
+        c.retransmits[d].append(g.retransmits)
+    return g.mbps
 
 
 # -- report --------------------------------------------------------------------
@@ -299,7 +288,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--seconds", type=int, default=10, help="length of one iperf3 test [10]")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported [3]")
-    p.add_argument("--omit", type=int, default=1, help="iperf3 -O: seconds of ramp-up left out [1]")
+    p.add_argument(
+        "--omit",
+        type=int,
+        default=2,
+        help="seconds of ramp-up run first and left out (TCP under TCG ramps for about 2s) [2]",
+    )
     p.add_argument(
         "--kernel",
         type=Path,

@@ -2,7 +2,11 @@
 AX88772A interface to the partner NIC in its own network namespace. Judged
 against the modelled line rate (the speed the link negotiated), never against
 a fixed number; every figure is recorded with the accelerator that ran, in
-host time (the guest clock's rate over each run is measured and recorded)."""
+host time (the guest clock's rate over each run is measured and recorded).
+TCP runs with timestamps off and is counted at the receiver without its
+first two seconds of ramp-up, as bench/guest-throughput.py measures the line
+rate (Farm.tcp_goodput): the link's steady goodput, comparable with 1460/1538
+of the line."""
 
 from __future__ import annotations
 
@@ -10,14 +14,18 @@ import pytest
 from phyfarm_farm.errors import CheckFailed
 from phyfarm_farm.farm import TCP_GOODPUT_RATIO
 
-SECONDS = 6
+SECONDS = 8
 #: Below this share of the modelled TCP goodput the link is broken (stalls,
 #: retransmission storms), whatever the accelerator and the host's load: one
-#: TCG vCPU both sends and receives here, so healthy runs range 0.3-0.8.
+#: TCG vCPU both sends and receives here, so a loaded host can take a healthy
+#: link far below the line (a quiet one reaches 0.99).
 FLOOR = 0.10
 #: Above the modelled maximum (plus measurement slack) the pacing or the
 #: reported speed is wrong.
 CEILING = 1.03
+#: Seconds of TCP ramp-up left out: under TCG a paced 100 Mbit/s flow
+#: settles in about 2 s (in the first, samples of 80-90 Mbit/s are usual).
+SKIP = 2.0
 #: UDP is offered at this share of the line rate.
 UDP_SHARE = 0.5
 #: Loss above this is a broken path; below it, loss on a one-vCPU TCG guest is
@@ -45,16 +53,16 @@ def test_throughput(farm, variant, measure):
     measure("line_rate", line, "Mbit/s")
     problems = []
 
+    farm.set_tcp_timestamps(False)
     for name, reverse in (("tcp_tx", False), ("tcp_rx", True)):
         # Rates in host time: the wire is paced by the host's clock.
-        d, clock = farm.iperf_host_time(seconds=SECONDS, reverse=reverse)
-        rate = mbps(d["end"]["sum_received"]["bits_per_second"]) * clock
-        measure(name, rate, "Mbit/s", samples=interval_rates(d, clock))
-        measure(f"{name}_guest_clock_rate", clock, "ratio")
+        g = farm.tcp_goodput(seconds=SECONDS, reverse=reverse, skip=SKIP)
+        rate = g.mbps
+        measure(name, rate, "Mbit/s", samples=g.samples)
+        measure(f"{name}_guest_clock_rate", g.clock, "ratio")
         measure(f"{name}_ratio_to_line", rate / tcp_max, "ratio")
-        retr = d["end"].get("sum_sent", {}).get("retransmits")
-        if retr is not None:
-            measure(f"{name}_retransmits", retr, "segments")
+        if g.retransmits is not None:
+            measure(f"{name}_retransmits", g.retransmits, "segments")
         if rate < FLOOR * tcp_max:
             problems.append(
                 f"{name} {rate:.1f} Mbit/s is below {FLOOR:.0%} of the {tcp_max:.1f} Mbit/s "

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from phyfarm_farm import ktap
 from phyfarm_farm.errors import (
+    AgentError,
     CheckFailed,
     GuestTimeout,
     HarnessError,
@@ -362,3 +363,25 @@ def test_the_exporter_names_the_side_that_failed(tmp_path):
         assert str(e.console) in why
     e.console.write_text("phyfarm-exporter: ready\nax88772-gadget: I: gadget bound\n")
     assert e.failure() is None
+
+
+def test_goodput_is_the_receivers_steady_window():
+    """Farm.tcp_goodput's arithmetic: intervals starting in the first second
+    and a closing partial one are left out, the mean weighs intervals by
+    their length, and guest-time rates become host time."""
+    from phyfarm_farm.farm import steady_goodput
+
+    def iv(start: float, seconds: float, mbit: float) -> dict:
+        b = mbit * 1e6 / 8 * seconds
+        return {
+            "sum": {"start": start, "seconds": seconds, "bytes": b, "bits_per_second": mbit * 1e6}
+        }
+
+    intervals = [iv(0.0, 1.0, 60.0), iv(1.0, 1.0, 90.0), iv(2.0, 2.0, 96.0), iv(4.0, 0.2, 300.0)]
+    g = steady_goodput(intervals, clock=0.5)
+    assert g.samples == [45.0, 48.0]
+    assert g.seconds == 3.0
+    assert abs(g.mbps - (90.0 + 2 * 96.0) / 3 * 0.5) < 1e-9
+    assert steady_goodput(intervals, clock=1.0, skip=0.0).samples == [60.0, 90.0, 96.0]
+    with pytest.raises(AgentError, match="no interval past its first 5s"):
+        steady_goodput(intervals, clock=1.0, skip=5.0)

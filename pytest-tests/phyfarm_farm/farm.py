@@ -20,8 +20,52 @@ IPERF3 = "/usr/bin/iperf3"
 NETNS = "partner"
 DUT_IP = "10.77.0.1"
 PARTNER_IP = "10.77.0.2"
-#: 100BASE-TX TCP goodput with 1500-byte frames and timestamps (1448/1538).
-TCP_GOODPUT_RATIO = 1448 / 1538
+#: A 1500-byte frame on 100BASE-TX takes 1538 byte times (14 header, 4 FCS,
+#: 8 preamble, 12 inter-frame gap).
+WIRE_BYTES = 1500 + 14 + 4 + 8 + 12
+
+
+def tcp_goodput_ratio(timestamps: bool) -> float:
+    """TCP goodput as a share of the line rate with 1500-byte frames: the MSS
+    (less 12 bytes of options with timestamps) over a frame's wire time."""
+    return (1500 - 20 - 20 - (12 if timestamps else 0)) / WIRE_BYTES
+
+
+#: The goodput the throughput check judges against: it runs with TCP
+#: timestamps off (1460/1538, 94.9 Mbit/s on a 100 Mbit/s link).
+TCP_GOODPUT_RATIO = tcp_goodput_ratio(timestamps=False)
+
+
+@dataclass
+class Goodput:
+    """A TCP run's goodput in Mbit/s, host time: the mean over the steady
+    window, its per-interval samples, and the guest clock's rate."""
+
+    mbps: float
+    samples: list[float]
+    clock: float
+    seconds: float
+    #: The sender's retransmitted segments over the whole run, if reported.
+    retransmits: int | None = None
+
+
+def steady_goodput(intervals: list[dict], clock: float, skip: float = 1.0) -> Goodput:
+    """Receiver-side iperf3 intervals -> Goodput: intervals starting before
+    `skip` seconds and a closing one shorter than half a second are left
+    out; the mean weighs each interval by its length. `clock` (guest seconds
+    per host second) turns guest-time rates into host time."""
+    kept = []
+    for i in intervals:
+        s = i["sum"]
+        if s.get("omitted") or float(s["start"]) < skip - 0.05 or float(s["seconds"]) < 0.5:
+            continue
+        kept.append(s)
+    if not kept:
+        raise AgentError(f"iperf3 ran no interval past its first {skip:g}s")
+    total_bytes = sum(float(s["bytes"]) for s in kept)
+    total_seconds = sum(float(s["seconds"]) for s in kept)
+    samples = [float(s["bits_per_second"]) / 1e6 * clock for s in kept]
+    return Goodput(total_bytes * 8 / total_seconds / 1e6 * clock, samples, clock, total_seconds)
 
 
 @dataclass
@@ -100,7 +144,10 @@ echo "dut=$dut partner=$partner"
             ["sysctl", "-w", "net.core.rmem_max=4194304", "net.core.wmem_max=4194304"], timeout=10
         )
         r = self.guest.run(
-            [IP, "netns", "exec", NETNS, IPERF3, "-s", "-D", "-B", PARTNER_IP], timeout=20
+            # -J: the server's per-second record reaches the client
+            # (--get-server-output), the receiver's side of a DUT->partner test.
+            [IP, "netns", "exec", NETNS, IPERF3, "-s", "-D", "-J", "-B", PARTNER_IP],
+            timeout=20,
         )
         if r.exit != 0:
             raise HarnessError(f"iperf3 server did not start: {r.describe()}")
@@ -204,6 +251,12 @@ echo "dut=$dut partner=$partner"
         except (IndexError, ValueError):
             raise AgentError(f"/proc/uptime read {up!r}") from None
 
+    def set_tcp_timestamps(self, on: bool) -> None:
+        """TCP timestamps on or off at both ends (the setting is per network
+        namespace)."""
+        for prefix in ([], [IP, "netns", "exec", NETNS]):
+            self.guest.check([*prefix, "sysctl", "-w", f"net.ipv4.tcp_timestamps={int(on)}"])
+
     def iperf_host_time(
         self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""
     ) -> tuple[dict, float]:
@@ -216,6 +269,26 @@ echo "dut=$dut partner=$partner"
         data = self.iperf(*args, seconds=seconds, reverse=reverse, udp_rate=udp_rate)
         h1, g1 = self.guest_clock()
         return data, (g1 - g0) / (h1 - h0) if h1 > h0 else 1.0
+
+    def tcp_goodput(self, seconds: int, reverse: bool, skip: float = 1.0) -> Goodput:
+        """TCP goodput as the receiver counted it, in host time, over the
+        steady part of a `seconds`-long iperf3 run: the first `skip` seconds
+        (slow start) and a closing partial second are left out. The receiver
+        is the partner's server for DUT->partner (its record comes back with
+        --get-server-output), the DUT for partner->DUT (-R). Neither iperf3's
+        -O (the sender's backlog at the end of the omitted time then counts
+        as received) nor a sender-side figure (bytes in the socket buffer,
+        not on the wire) is used."""
+        d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
+        side = d if reverse else d.get("server_output_json")
+        if not isinstance(side, dict) or not side.get("intervals"):
+            raise AgentError(
+                "iperf3 returned no receiver record"
+                + ("" if reverse else " (the server's, --get-server-output)")
+            )
+        g = steady_goodput(side["intervals"], clock, skip)
+        g.retransmits = d["end"].get("sum_sent", {}).get("retransmits")
+        return g
 
     def iperf(
         self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""
