@@ -55,16 +55,16 @@ unit: setup
 # The Rust KUnit doctests need a kernel of their own (a separate build tree).
 KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 
-# The harness's own tests (pytest-tests/harness: interrupted runs, hung
+# The harness's own tests (harness/tests: its units, interrupted runs, hung
 # guests) boot guests too, so they run beside the farm, not in `phyfarm run`.
 # pytest-tests/gadget runs the probe, link-flap and throughput checks on the
 # forwarded-gadget path (the model as a USB gadget in an exporter guest,
 # exported by the real usbredirect) beside the emulated path; it builds the
 # exporter kernel (`make exporter-kernel`) when it is missing.
 integration: setup phyfarm
-	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/harness --ignore=pytest-tests/gadget
+	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/gadget
 	$(PHASE) integration/kunit-kernel $(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
-	$(PHASE) integration/farm+harness $(VENV)/bin/python -m pytest --durations=8 pytest-tests/farm pytest-tests/harness -n 2
+	$(PHASE) integration/farm+harness $(VENV)/bin/python -m pytest --durations=8 pytest-tests/farm harness/tests -n 2
 	$(PHASE) integration/gadget $(VENV)/bin/python -m pytest pytest-tests/gadget -s
 	$(PHASE) integration/selftest $(PHYFARM) selftest --quick
 
@@ -80,7 +80,7 @@ exporter-kernel: setup phyfarm
 # `make run` and `phyfarm selftest --case doctest-fails` left in the cache.
 fixtures:
 	bash pipeline/tests/fixtures/real-run/regenerate.sh
-	bash pytest-tests/farm_units/fixtures/regenerate.sh
+	bash harness/tests/fixtures/regenerate.sh
 
 # Every seeded fault of patches/selftest through `phyfarm run`: each must be
 # caught with its verdict and evidence (README, "What phyfarm catches").

@@ -48,14 +48,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "pytest-tests"))
+from phyfarm_farm import procs
+from phyfarm_farm.emulator import Emulator
+from phyfarm_farm.errors import FarmError
+from phyfarm_farm.farm import Farm
+from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, phyfarm_binary
 
-from phyfarm_farm import procs  # noqa: E402
-from phyfarm_farm.emulator import Emulator  # noqa: E402
-from phyfarm_farm.errors import FarmError  # noqa: E402
-from phyfarm_farm.farm import Farm  # noqa: E402
-from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, phyfarm_binary  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 TARGET = 0.3
 MIN_REPEAT = 5

@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache="${PHYFARM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/phyfarm}"
-exec "$cache/venv/bin/python" bench/boot-vs-vng.py "$@"
+# The harness package from this checkout (harness/pyproject.toml says why).
+PYTHONPATH="$PWD/harness${PYTHONPATH:+:$PYTHONPATH}" exec "$cache/venv/bin/python" bench/boot-vs-vng.py "$@"

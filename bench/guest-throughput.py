@@ -39,14 +39,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "pytest-tests"))
-
-from phyfarm_farm import procs  # noqa: E402
-from phyfarm_farm.emulator import Emulator  # noqa: E402
-from phyfarm_farm.errors import FarmError  # noqa: E402
-from phyfarm_farm.farm import NETNS, Farm, tcp_goodput_ratio  # noqa: E402
-from phyfarm_farm.guest import (  # noqa: E402
+from phyfarm_farm import procs
+from phyfarm_farm.emulator import Emulator
+from phyfarm_farm.errors import FarmError
+from phyfarm_farm.farm import NETNS, Farm, tcp_goodput_ratio
+from phyfarm_farm.guest import (
     Guest,
     GuestConfig,
     host_tsc_khz,
@@ -54,6 +51,7 @@ from phyfarm_farm.guest import (  # noqa: E402
     qemu_version,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 LINE_MBPS = 100.0
 PACED_TARGET = 0.99
 UNPACED_TARGET = 0.8

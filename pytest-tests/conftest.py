@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The farm's plugin (options, fixtures, KCIDB results): pytest-tests/phyfarm_farm.
+# The farm's plugin (options, fixtures, KCIDB results): harness/phyfarm_farm.
 pytest_plugins = ["phyfarm_farm.plugin"]
 
 

@@ -14,7 +14,7 @@ def named_paths() -> list[str]:
     found = re.findall(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]*)+)`", text)
     # The flow picture names source files plainly; check those too.
     found += re.findall(
-        r"\b((?:pipeline|qemu-farm|pytest-tests|dashboards)/[A-Za-z0-9_./\-]+)", text
+        r"\b((?:pipeline|qemu-farm|pytest-tests|harness|dashboards|bench)/[A-Za-z0-9_./\-]+)", text
     )
     return sorted({p.rstrip("/.,") for p in found if not p.startswith("<")})
 

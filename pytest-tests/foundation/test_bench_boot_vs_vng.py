@@ -52,6 +52,8 @@ def bench(host, *args: str) -> subprocess.CompletedProcess:
     env["PATH"] = f"{host['bin']}{os.pathsep}{env.get('PATH', '')}"
     env["PHYFARM_CACHE"] = str(host["tmp"] / "cache")
     env["PHYFARM_BIN"] = "/bin/true"
+    # What bench/boot-vs-vng.sh does, with this Python (the cache is a test's).
+    env["PYTHONPATH"] = str(REPO / "harness")
     argv = [sys.executable, str(BENCH), "--accel", "tcg", *args]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
 

@@ -1,6 +1,6 @@
 //! `phyfarm test`: run the farm's checks (pytest-tests/farm, with the
-//! phyfarm_farm pytest plugin) on a build's outputs, then print a summary
-//! table from the run's results.json.
+//! phyfarm_farm pytest plugin in harness/) on a build's outputs, then print
+//! a summary table from the run's results.json.
 
 pub mod contract;
 pub mod record;

@@ -164,7 +164,7 @@ pub fn base_key(
     }
     for dir in [
         "pytest-tests/farm",
-        "pytest-tests/phyfarm_farm",
+        "harness/phyfarm_farm",
         "qemu-farm",
         "containers",
         "pipeline/schema",

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! The farm harness finds kernels in the same layout: `<artifacts>/<variant>/bzImage`
-//! and `<artifacts>/rust-kunit/bzImage` (pytest-tests/phyfarm_farm, test_kunit.py).
+//! and `<artifacts>/rust-kunit/bzImage` (harness/phyfarm_farm, pytest-tests/farm/test_kunit.py).
 
 use std::path::{Path, PathBuf};
 
@@ -118,8 +118,7 @@ mod tests {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let kunit = std::fs::read_to_string(repo.join("pytest-tests/farm/test_kunit.py")).unwrap();
         assert!(kunit.contains(&format!("\"{KUNIT_DIR}\" / \"bzImage\"")));
-        let plugin =
-            std::fs::read_to_string(repo.join("pytest-tests/phyfarm_farm/plugin.py")).unwrap();
+        let plugin = std::fs::read_to_string(repo.join("harness/phyfarm_farm/plugin.py")).unwrap();
         assert!(plugin.contains("d / variant / \"bzImage\""));
     }
 }

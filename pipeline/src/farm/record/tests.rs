@@ -49,7 +49,7 @@ fn the_base_key_changes_with_each_input_and_only_then() {
     };
     for dir in [
         "pytest-tests/farm",
-        "pytest-tests/phyfarm_farm",
+        "harness/phyfarm_farm",
         "qemu-farm/ax88772/src",
         "qemu-farm/target",
         "containers",

@@ -52,7 +52,7 @@ NOT_APPLICABLE = "not applicable:"
 VARIANTS = ("rust", "c")
 #: The product's checks. PHYFARM_FARM_DIR points elsewhere only for the
 #: harness's own tests.
-FARM_DIR = Path(os.environ.get("PHYFARM_FARM_DIR") or Path(__file__).resolve().parents[1] / "farm")
+FARM_DIR = Path(os.environ.get("PHYFARM_FARM_DIR") or REPO / "pytest-tests" / "farm")
 
 
 def cache_dir() -> Path:
