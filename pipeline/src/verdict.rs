@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod compare;
+pub mod differential;
 pub mod stats;
 #[cfg(test)]
 mod tests;

@@ -6,8 +6,8 @@
 //! The import is where completeness is decided: a planned check the run did
 //! not report is MISS, a run that left no results makes every planned check
 //! ERROR, and an id or field the store cannot keep is an error naming it,
-//! never dropped. The Rust-versus-C differential is computed here too, from
-//! the imported results, with the verdict's statistics.
+//! never dropped. Each planned Rust-versus-C differential is added here as a
+//! result of its own, judged by the verdict (`verdict/differential.rs`).
 //!
 //! One file over 500 lines: validation and import against the plan are one
 //! pass over the harness's file; its tests are in `contract/tests.rs`.
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::results::{Measurement, Status, TestResult};
-use crate::verdict::stats;
+use crate::verdict::differential;
 
 /// The `schema` of a farm `results.json`.
 pub const FARM_SCHEMA: u32 = 2;
@@ -47,12 +47,6 @@ pub const FARM_CHECKS: &[&str] = &[
 ];
 /// The Rust KUnit doctests: one run, on a kernel of their own (rust only).
 pub const KUNIT_CHECK: &str = "farm.kunit";
-/// Rust and C throughput differing by less than this share is not a
-/// finding: both drivers leave the MAC's data path alone, so what a PHY
-/// driver gets wrong shows as a wrong speed or duplex (10 instead of 100
-/// Mbit/s is -90 %, a duplex mismatch worse than -50 %), while two TCG
-/// guests on a shared 2-core host were measured up to ~20 % apart.
-pub const DIFFERENTIAL_MIN_EFFECT: f64 = 0.40;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContractError {
@@ -567,8 +561,8 @@ fn final_status(tests: &[TestResult], id: &str, variant: &str) -> Option<(Status
     found.map(|(_, s, x)| (s, x))
 }
 
-/// Rust against C, check by check: the same outcome, and throughput that
-/// does not differ beyond [`DIFFERENTIAL_MIN_EFFECT`] with significance.
+/// Rust against C, check by check, as the verdict judges a pair
+/// ([`differential::compare`]): one result per planned differential.
 pub fn differential(imp: &FarmImport, plan: &Plan) -> Vec<TestResult> {
     let mut out = Vec::new();
     for id in FARM_CHECKS {
@@ -580,7 +574,9 @@ pub fn differential(imp: &FarmImport, plan: &Plan) -> Vec<TestResult> {
             continue;
         }
         let (status, message) = match (rust, c) {
-            (Some((r, rx)), Some((c, cx))) => compare_pair(imp, id, (r, &rx), (c, &cx)),
+            (Some((r, rx)), Some((c, cx))) => {
+                differential::compare(id, (r, &rx), (c, &cx), &imp.measurements)
+            }
             _ => (Status::Miss, "MISS: a variant did not report".to_string()),
         };
         out.push(TestResult {
@@ -594,80 +590,6 @@ pub fn differential(imp: &FarmImport, plan: &Plan) -> Vec<TestResult> {
         });
     }
     out
-}
-
-fn first_line(s: &str) -> String {
-    crate::verdict::compare::telling_line(s)
-}
-
-fn compare_pair(
-    imp: &FarmImport,
-    id: &str,
-    (r, rx): (Status, &str),
-    (c, cx): (Status, &str),
-) -> (Status, String) {
-    if r.incomplete() || c.incomplete() {
-        return (
-            Status::Miss,
-            format!("MISS: cannot compare: rust {r}, c {c}"),
-        );
-    }
-    if r == Status::Skip && c == Status::Skip {
-        return (Status::Skip, "both variants skipped".into());
-    }
-    if r == Status::Fail && c == Status::Fail {
-        return (
-            Status::Fail,
-            format!(
-                "both variants fail: rust: {}; c: {}",
-                first_line(rx),
-                first_line(cx)
-            ),
-        );
-    }
-    if r != c {
-        let (side, why) = if r == Status::Fail {
-            ("rust", rx)
-        } else {
-            ("c", cx)
-        };
-        return (
-            Status::Fail,
-            format!("{side} deviates: rust {r}, c {c}: {}", first_line(why)),
-        );
-    }
-    let mut problems = Vec::new();
-    let prefix = format!("{id}.");
-    for m in imp
-        .measurements
-        .iter()
-        .filter(|m| m.variant.as_deref() == Some("rust") && m.unit == "Mbit/s")
-        .filter(|m| m.name.starts_with(&prefix))
-    {
-        let Some(other) = imp
-            .measurements
-            .iter()
-            .find(|o| o.name == m.name && o.variant.as_deref() == Some("c"))
-        else {
-            continue;
-        };
-        if let Some(d) = stats::shift(&other.samples, &m.samples, DIFFERENTIAL_MIN_EFFECT) {
-            let side = if d.ratio < 1.0 { "rust" } else { "c" };
-            problems.push(format!(
-                "{}: {side} is slower: rust {:.1} vs c {:.1} Mbit/s ({:+.1} %, p = {:.4})",
-                m.name.trim_start_matches(&prefix),
-                stats::median(&m.samples),
-                stats::median(&other.samples),
-                (d.ratio - 1.0) * 100.0,
-                d.p
-            ));
-        }
-    }
-    if problems.is_empty() {
-        (Status::Pass, String::new())
-    } else {
-        (Status::Fail, problems.join("; "))
-    }
 }
 
 #[cfg(test)]

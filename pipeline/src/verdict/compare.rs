@@ -7,13 +7,12 @@
 //! same revision) marks the check **flaky**: it is listed in every report and
 //! does not count as a new failure.
 //!
-//! Noise band (measurements): the base samples of a measurement, pooled over
-//! every comparable base run, give a mean μ and a sample standard deviation s.
-//! The band is `[min(μ − 3s, min), max(μ + 3s, max)]`: three standard
-//! deviations, and never narrower than what the base itself showed. The
-//! revision's value is the mean of its own samples (pooled over its runs). A
-//! regression is called only when that mean lies outside the band on the
-//! worse side; fewer than 2 base samples give no band, and then no call.
+//! Measurements: a regression or an improvement against the base is called
+//! as everywhere in the verdict ([`crate::verdict::stats`]: a one-sided
+//! Mann–Whitney test on the pooled samples and a minimum effect of
+//! [`REGRESSION_MIN_EFFECT`]); fewer than 3 samples a side give no call. The
+//! base's band, `[min(μ − 3s, min), max(μ + 3s, max)]` of its pooled samples,
+//! is shown beside the value for the reader; it decides nothing.
 //!
 //! One file over 500 lines: every comparison rule (retry, flake, noise band,
 //! previous revision) in one place, so the rules are read and changed together.
@@ -25,7 +24,8 @@ use serde::Serialize;
 
 use crate::results::{Measurement, Run, Status};
 
-/// How many standard deviations the noise band spans either side of the mean.
+/// How many standard deviations the displayed base band spans either side
+/// of the mean.
 pub const NOISE_K: f64 = 3.0;
 
 /// A check's identity across runs: its path and, for farm checks, the variant.
