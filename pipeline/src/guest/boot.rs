@@ -409,7 +409,7 @@ pub fn parse_report(text: &str) -> BTreeMap<String, String> {
 }
 
 /// One check of the boot report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Check {
     pub name: String,
     pub ok: bool,
@@ -461,19 +461,22 @@ pub fn judge(report: &BTreeMap<String, String>, expect: Option<Variant>) -> Vec<
     checks
 }
 
-#[derive(Debug, Serialize)]
-struct BootRecord {
-    reproducer: String,
-    kernel: String,
-    kernel_release: String,
-    accel: String,
-    accel_reason: String,
-    qemu: String,
-    seconds: f64,
-    status: metadata::Status,
-    checks: Vec<Check>,
-    console: String,
-    message: String,
+/// A boot check's record: `boot.json` in its folder, and what
+/// [`boot_check`] returns to the run in memory. An old run folder's file is
+/// read back into the same type.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct BootRecord {
+    pub reproducer: String,
+    pub kernel: String,
+    pub kernel_release: String,
+    pub accel: String,
+    pub accel_reason: String,
+    pub qemu: String,
+    pub seconds: f64,
+    pub status: metadata::Status,
+    pub checks: Vec<Check>,
+    pub console: String,
+    pub message: String,
 }
 
 fn qemu_version() -> String {
@@ -509,8 +512,33 @@ pub fn resolve_accel(
     accel::resolve(paths, want, &probe)
 }
 
-/// Boot `opts.kernel` and check the drivers from inside the guest.
+/// Boot `opts.kernel` and check the drivers from inside the guest (`phyfarm
+/// boot`): the record's folder on stdout, its status as the outcome.
 pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outcome> {
+    let (record, out) = boot_check(paths, opts, reproducer)?;
+    match record.status {
+        metadata::Status::Pass => {
+            println!("{}", out.display());
+            Ok(Outcome::Pass)
+        }
+        metadata::Status::Fail => {
+            if !record.message.is_empty() {
+                eprintln!("E: {}", record.message);
+            }
+            println!("{}", out.display());
+            Ok(Outcome::Fail)
+        }
+        _ => bail!("{}", record.message),
+    }
+}
+
+/// The boot check: boot `opts.kernel`, judge what the guest reported, write
+/// `boot.json` into the returned folder and return the same record.
+pub fn boot_check(
+    paths: &Paths,
+    opts: &BootOptions,
+    reproducer: &str,
+) -> Result<(BootRecord, PathBuf)> {
     if !opts.kernel.is_file() {
         bail!(
             "kernel {} does not exist: build one with `phyfarm build --variant rust` and pass OUT/bzImage",
@@ -646,20 +674,7 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
         took.as_secs_f64(),
         accel.name()
     ));
-    match status {
-        metadata::Status::Pass => {
-            println!("{}", out.display());
-            Ok(Outcome::Pass)
-        }
-        metadata::Status::Fail => {
-            if !message.is_empty() {
-                eprintln!("E: {message}");
-            }
-            println!("{}", out.display());
-            Ok(Outcome::Fail)
-        }
-        _ => bail!("{message}"),
-    }
+    Ok((record, out))
 }
 
 #[cfg(test)]

@@ -97,11 +97,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
             bo.out = Some(folder.base().boot(v.name()));
             bo.expect = Some(*v);
             let repro = format!("phyfarm boot --kernel {}", base_kernel.display());
-            let _ = boot::boot(paths, &bo, &repro);
-            base_boots.push(crate::run::record::read_boot(
-                *v,
-                &folder.base().boot(v.name()),
-            ));
+            base_boots.push(boot_in_memory(paths, &bo, &repro, *v));
         }
         let kernel = folder.kernel(v.name());
         if !kernel.is_file() {
@@ -113,8 +109,13 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         bo.out = Some(folder.boot(v.name()));
         bo.expect = Some(*v);
         let repro = format!("phyfarm boot --kernel {}", kernel.display());
-        let booted = boot::boot(paths, &bo, &repro).unwrap_or(Outcome::Error);
-        boots.push(crate::run::record::read_boot(*v, &folder.boot(v.name())));
+        let b = boot_in_memory(paths, &bo, &repro, *v);
+        let booted = match b.status {
+            crate::results::Status::Pass => Outcome::Pass,
+            crate::results::Status::Fail => Outcome::Fail,
+            _ => Outcome::Error,
+        };
+        boots.push(b);
         if booted != Outcome::Pass && worst == Outcome::Pass {
             worst = booted;
         }
@@ -252,6 +253,25 @@ pub fn record_parts(
         _ if state == Some(crate::verdict::State::ChangesRequested) => Outcome::Fail,
         _ => Outcome::Pass,
     })
+}
+
+/// One boot check of the run, its record kept in memory (the folder's
+/// `boot.json` is the same record, for readers of the folder).
+fn boot_in_memory(
+    paths: &Paths,
+    opts: &boot::BootOptions,
+    repro: &str,
+    v: crate::config::Variant,
+) -> crate::run::record::Boot {
+    use crate::run::record::Boot;
+    match boot::boot_check(paths, opts, repro) {
+        Ok((record, _)) => Boot::from_record(v, &record),
+        Err(e) => {
+            let dir = opts.out.clone().unwrap_or_default();
+            crate::progress::warn(&format!("{v}: boot check: {e:#}"));
+            Boot::unfinished(v, &dir, &format!("{e:#}"))
+        }
+    }
 }
 
 type Farm = crate::farm::contract::FarmImport;

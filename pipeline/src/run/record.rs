@@ -21,46 +21,52 @@ pub struct Boot {
     pub message: String,
 }
 
-/// Read `boot.json` written by `phyfarm boot`; a missing or unreadable file
-/// is an ERROR (the harness did not finish), never a FAIL.
-pub fn read_boot(variant: Variant, dir: &Path) -> Boot {
-    let v: Option<serde_json::Value> = crate::build::metadata::read_json(&dir.join("boot.json"))
-        .ok()
-        .flatten();
-    let Some(v) = v else {
-        return Boot {
+impl Boot {
+    /// What a boot check recorded (in memory, or read from `boot.json`).
+    pub fn from_record(variant: Variant, r: &crate::guest::boot::BootRecord) -> Boot {
+        let failed: Vec<&str> = r
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.name.as_str())
+            .collect();
+        Boot {
+            variant,
+            status: r.status,
+            accel: r.accel.clone(),
+            seconds: r.seconds,
+            console: r.console.clone(),
+            message: if failed.is_empty() {
+                r.message.clone()
+            } else {
+                format!("failed: {}", failed.join(", "))
+            },
+        }
+    }
+
+    /// A boot check that did not finish: an ERROR (the harness broke), never
+    /// a FAIL.
+    pub fn unfinished(variant: Variant, dir: &Path, why: &str) -> Boot {
+        Boot {
             variant,
             status: Status::Error,
             accel: String::new(),
             seconds: 0.0,
             console: dir.join("console.log").display().to_string(),
-            message: "no boot.json: the boot check did not finish".into(),
-        };
-    };
-    let s = v["status"]
-        .as_str()
-        .and_then(Status::parse)
-        .unwrap_or(Status::Error);
-    let failed: Vec<String> = v["checks"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter(|x| x["ok"] == false)
-                .map(|x| x["name"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    Boot {
-        variant,
-        status: s,
-        accel: v["accel"].as_str().unwrap_or("").to_string(),
-        seconds: v["seconds"].as_f64().unwrap_or(0.0),
-        console: v["console"].as_str().unwrap_or("").to_string(),
-        message: if failed.is_empty() {
-            v["message"].as_str().unwrap_or("").to_string()
-        } else {
-            format!("failed: {}", failed.join(", "))
-        },
+            message: format!("the boot check did not finish: {why}"),
+        }
+    }
+}
+
+/// Read `boot.json` written by `phyfarm boot` (an earlier run's folder); a
+/// missing or unreadable file is an ERROR (the harness did not finish),
+/// never a FAIL.
+pub fn read_boot(variant: Variant, dir: &Path) -> Boot {
+    let file = dir.join("boot.json");
+    match crate::build::metadata::read_json::<crate::guest::boot::BootRecord>(&file) {
+        Ok(Some(r)) => Boot::from_record(variant, &r),
+        Ok(None) => Boot::unfinished(variant, dir, "no boot.json"),
+        Err(e) => Boot::unfinished(variant, dir, &format!("{}: {e}", file.display())),
     }
 }
 
@@ -273,13 +279,38 @@ mod tests {
     #[test]
     fn failed_boot_checks_are_named() {
         let d = tempfile::tempdir().unwrap();
+        use crate::guest::boot::{BootRecord, Check};
+        let check = |name: &str, ok| Check {
+            name: name.into(),
+            ok,
+            detail: String::new(),
+        };
+        let record = BootRecord {
+            reproducer: "phyfarm boot --kernel k".into(),
+            kernel: "k".into(),
+            kernel_release: "6.12.118".into(),
+            accel: "tcg".into(),
+            accel_reason: "requested".into(),
+            qemu: "QEMU emulator version 7.2.19".into(),
+            seconds: 3.2,
+            status: Status::Fail,
+            checks: vec![check("phy driver is the Rust one", false), check("x", true)],
+            console: "c.log".into(),
+            message: String::new(),
+        };
+        // What the run keeps in memory and what a later reader of the folder
+        // gets are the same.
+        let in_memory = Boot::from_record(Variant::Rust, &record);
         std::fs::write(
             d.path().join("boot.json"),
-            r#"{"status":"FAIL","accel":"tcg","seconds":3.2,"console":"c.log","message":"",
-               "checks":[{"name":"phy driver is the Rust one","ok":false,"detail":""},{"name":"x","ok":true,"detail":""}]}"#,
+            serde_json::to_string(&record).unwrap(),
         )
         .unwrap();
         let b = read_boot(Variant::Rust, d.path());
+        assert_eq!(
+            (in_memory.status, &in_memory.message, &in_memory.accel),
+            (b.status, &b.message, &b.accel)
+        );
         assert_eq!(b.status, Status::Fail);
         assert_eq!(b.message, "failed: phy driver is the Rust one");
         assert_eq!(b.accel, "tcg");
