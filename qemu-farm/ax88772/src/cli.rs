@@ -299,6 +299,31 @@ mod tests {
     }
 
     #[test]
+    fn phy_id_and_log_level_options() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["ax88772-emu", "--listen", "unix:usb.sock"];
+            v.extend_from_slice(extra);
+            Cli::try_parse_from(v).map(Cli::settings)
+        };
+        let s = parse(&["--phy-id", "0x003b1881"]).unwrap();
+        assert_eq!(s.device.phy_id, 0x003b_1881);
+        assert_eq!(
+            parse(&["--phy-id", "3b1862"]).unwrap().device.phy_id,
+            0x3b_1862
+        );
+        assert!(parse(&["--phy-id", "0xnothex"]).is_err());
+        assert!(
+            parse(&["--phy-id", "0x1ffffffff"]).is_err(),
+            "wider than 32 bits"
+        );
+        // Quiet 0, default 1 (info), -v and more 2 (trace).
+        assert_eq!(parse(&[]).unwrap().log_level, 1);
+        assert_eq!(parse(&["-v"]).unwrap().log_level, 2);
+        assert_eq!(parse(&["-v", "-v"]).unwrap().log_level, 2);
+        assert_eq!(parse(&["--quiet"]).unwrap().log_level, 0);
+    }
+
+    #[test]
     fn seeds_give_distinct_macs() {
         assert_ne!(mac_from_seed(1), mac_from_seed(2));
         assert_eq!(mac_from_seed(1), mac_from_seed(1));

@@ -251,6 +251,20 @@ mod tests {
         assert_eq!(p[0] as usize, p.len());
         assert_eq!(&p[2..6], &[b'A', 0, b'X', 0]);
         assert_eq!(string_descriptor(Variant::Ax88772a, 9, ""), None);
+        // Every string the descriptors name is there, as UTF-16LE.
+        let text = |i| {
+            let d = string_descriptor(Variant::Ax88772a, i, "00ABCD").unwrap();
+            assert_eq!((d[0] as usize, d[1]), (d.len(), 3));
+            let units: Vec<u16> = d[2..]
+                .chunks(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            String::from_utf16(&units).unwrap()
+        };
+        assert_eq!(text(istr::MANUFACTURER), "ASIX Elec. Corp.");
+        assert_eq!(text(istr::SERIAL), "00ABCD");
+        assert_eq!(text(istr::CONFIGURATION), "Network Configuration");
+        assert_eq!(text(istr::INTERFACE), "Network Interface");
     }
 
     #[test]
