@@ -99,9 +99,9 @@ pub struct Patch {
 
 /// Read at most `limit` bytes; a longer file is refused without reading it all.
 fn read_bounded(file: &Path, limit: u64) -> Result<Vec<u8>, SeriesError> {
-    let io = |source| SeriesError::Io {
+    let io = |err| SeriesError::Io {
         file: file.to_path_buf(),
-        source,
+        err,
     };
     let mut buf = Vec::new();
     crate::sandbox::safe_fs::open_file(file)
@@ -155,9 +155,9 @@ struct Item {
 pub fn load(path: &Path) -> Result<Series, SeriesError> {
     // The revision folder (or mbox) and every file in it are read without
     // following links: a link in a pull request is refused, by name.
-    let meta = std::fs::symlink_metadata(path).map_err(|source| SeriesError::Io {
+    let meta = std::fs::symlink_metadata(path).map_err(|err| SeriesError::Io {
         file: path.to_path_buf(),
-        source,
+        err,
     })?;
     if meta.file_type().is_symlink() {
         return Err(SeriesError::Unsafe(Box::new(
@@ -169,9 +169,9 @@ pub fn load(path: &Path) -> Result<Series, SeriesError> {
     let mut items = Vec::new();
     if meta.is_dir() {
         let mut files: Vec<PathBuf> = Vec::new();
-        let entries = std::fs::read_dir(path).map_err(|source| SeriesError::Io {
+        let entries = std::fs::read_dir(path).map_err(|err| SeriesError::Io {
             file: path.to_path_buf(),
-            source,
+            err,
         })?;
         for e in entries.filter_map(|e| e.ok()) {
             let p = e.path();

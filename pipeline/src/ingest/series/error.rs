@@ -5,11 +5,10 @@ use std::path::PathBuf;
 /// Why a series was refused. Every variant is unusable input (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum SeriesError {
-    #[error("{}: cannot read: {source}", file.display())]
-    Io {
-        file: PathBuf,
-        source: std::io::Error,
-    },
+    /// The I/O error is part of the message, not a separate cause, so a
+    /// chain of causes does not print it twice.
+    #[error("{}: cannot read: {err}", file.display())]
+    Io { file: PathBuf, err: std::io::Error },
     #[error("{}: larger than {limit} bytes; refusing to read it", file.display())]
     TooLarge { file: PathBuf, limit: u64 },
     #[error("{}: no patches (a series needs *.patch files or mbox messages with a diff)", file.display())]

@@ -472,3 +472,19 @@ proptest! {
         parse_everything(&bytes);
     }
 }
+
+#[test]
+fn a_missing_series_names_the_path_and_the_os_error_once() {
+    let e = load(Path::new("/nonexistent/phyfarm-series")).unwrap_err();
+    // As the CLI prints it: the error and its chain of causes.
+    let text = format!("{:#}", anyhow::Error::from(e));
+    assert!(
+        text.starts_with("/nonexistent/phyfarm-series: cannot read: "),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("No such file or directory").count(),
+        1,
+        "{text}"
+    );
+}
