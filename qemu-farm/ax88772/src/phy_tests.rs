@@ -245,6 +245,34 @@ fn power_down_and_mac_reset() {
 }
 
 #[test]
+fn release_from_reset_negotiates_again_with_the_reset_advertisement() {
+    let (mut p, _) = phy();
+    // 10/Full only, negotiated.
+    p.write(reg::ADVERTISE, 0x0041);
+    p.write(reg::BMCR, 0x1200);
+    assert_eq!(p.snapshot().speed, Some(10));
+    // The reset restores ADVERTISE; the release negotiates with it: 100/Full.
+    p.set_held_in_reset(true);
+    assert_eq!(p.read(reg::ADVERTISE), 0x01e1);
+    p.set_held_in_reset(false);
+    assert!(p.link_up());
+    assert_eq!(p.snapshot().speed, Some(100));
+    // Negotiation starts at the release, not when the reset began: with a
+    // 1 s autonegotiation, a PHY held for 2 s is not up until 1 s after.
+    let (mut p, t) = phy();
+    p.set_autoneg_delay(Duration::from_secs(1));
+    p.set_time(t + Duration::from_secs(2));
+    assert!(p.link_up());
+    p.set_held_in_reset(true);
+    p.set_time(t + Duration::from_secs(4));
+    p.set_held_in_reset(false);
+    p.set_time(t + Duration::from_millis(4500));
+    assert!(!p.link_up(), "up 0.5 s after the release");
+    p.set_time(t + Duration::from_millis(5100));
+    assert!(p.link_up());
+}
+
+#[test]
 fn cable_fault_drops_link() {
     let (mut p, _) = phy();
     p.set_cable(Cable {
