@@ -214,3 +214,51 @@ fn chip_codes() {
     let m = Mac::new(Variant::Ax88772b, MAC, Addr0::Alias);
     assert_eq!(m.statmngsts() & 0x70, 0x20);
 }
+
+#[test]
+fn eeprom_writes_need_write_enable_and_stop_at_write_disable() {
+    let (mut m, mut p) = setup();
+    let word = |m: &mut Mac, p: &mut Phy, i| rd(m, p, cmd::READ_EEPROM, i, 0, 2);
+    let before = word(&mut m, &mut p, 0x20);
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 0x20, 0x1234, &[]);
+    assert_eq!(word(&mut m, &mut p, 0x20), before, "write-protected");
+    wr(&mut m, &mut p, cmd::WRITE_ENABLE, 0, 0, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 0x20, 0x1234, &[]);
+    assert_eq!(word(&mut m, &mut p, 0x20), Reply::Data(vec![0x34, 0x12]));
+    assert_eq!(
+        m.eeprom()[0x20],
+        0x1234,
+        "what describe shows is what the guest reads"
+    );
+    assert_eq!(
+        Reply::Data(
+            m.eeprom()[..1]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect()
+        ),
+        word(&mut m, &mut p, 0)
+    );
+    wr(&mut m, &mut p, cmd::WRITE_DISABLE, 0, 0, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 0x20, 0x5678, &[]);
+    assert_eq!(word(&mut m, &mut p, 0x20), Reply::Data(vec![0x34, 0x12]));
+}
+
+#[test]
+fn monitor_mode_reads_back_and_qctctrl_is_accepted() {
+    let (mut m, mut p) = setup();
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_MONITOR_MODE, 0, 0, 1),
+        Reply::Data(vec![0])
+    );
+    wr(&mut m, &mut p, cmd::WRITE_MONITOR_MODE, 0x07, 0, &[]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_MONITOR_MODE, 0, 0, 1),
+        Reply::Data(vec![0x07])
+    );
+    // The 6.12 driver's QCTCTRL write (ax88772a_hw_reset) is taken, not stalled.
+    assert_eq!(
+        wr(&mut m, &mut p, cmd::QCTCTRL, 0x8000, 0x8001, &[]),
+        Reply::Done(0)
+    );
+}

@@ -335,3 +335,57 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn expansion_says_whether_the_partner_negotiated() {
+    let (mut p, _) = phy();
+    assert!(p.link_up());
+    assert_eq!(p.read(reg::EXPANSION), 1, "partner autonegotiated");
+    p.set_partner(Partner {
+        autoneg: false,
+        ..Partner::default()
+    });
+    assert_eq!(p.read(reg::EXPANSION), 0, "partner forced");
+}
+
+#[test]
+fn vendor_registers_keep_what_is_written() {
+    let (mut p, _) = phy();
+    for (r, v) in [
+        (reg::VENDOR_14, 0x1111),
+        (reg::VENDOR_15, 0x2222),
+        (reg::VENDOR_16, 0x3333),
+    ] {
+        p.write(r, v);
+        assert_eq!(p.read(r), v, "register {r:#x}");
+    }
+}
+
+#[test]
+fn each_bmcr_write_that_starts_negotiation_does_so_alone() {
+    // With a 1 s negotiation, a write that restarts it takes the link down
+    // for a second; other writes leave the link up.
+    let (mut p, t) = phy();
+    p.set_autoneg_delay(Duration::from_secs(1));
+    let mut now = t + Duration::from_secs(2);
+    p.set_time(now);
+    assert!(p.link_up());
+    let mut restarts = |p: &mut Phy, val: u16| {
+        p.write(reg::BMCR, val);
+        now += Duration::from_millis(100);
+        p.set_time(now);
+        let down = !p.link_up();
+        now += Duration::from_secs(2);
+        p.set_time(now);
+        down
+    };
+    assert!(!restarts(&mut p, 0x3100), "same value: no restart");
+    assert!(restarts(&mut p, 0x3300), "ANRESTART alone");
+    assert!(
+        !restarts(&mut p, 0x2100),
+        "autoneg off: forced 100/Full, no restart"
+    );
+    assert!(restarts(&mut p, 0x3100), "autoneg switched on");
+    p.write(reg::BMCR, 0x3900);
+    assert!(restarts(&mut p, 0x3100), "power-up");
+}
