@@ -570,6 +570,50 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_stream_frame_is_a_frame() {
+        let path = tmp("empty.sock");
+        let mut w = open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
+        let mut peer = UnixStream::connect(&path).unwrap();
+        // Exactly one header, no payload, nothing after it.
+        peer.write_all(&0u32.to_be_bytes()).unwrap();
+        let mut got = None;
+        for _ in 0..1000 {
+            got = w.recv().unwrap();
+            if got.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, Some(vec![]));
+    }
+
+    #[test]
+    fn each_wire_says_what_it_is_and_what_to_poll() {
+        let none = open(&WireSpec::None).unwrap();
+        assert_eq!(none.describe(), "none");
+        assert!(none.fd().is_none() && !none.wants_write());
+        let path = tmp("d.sock");
+        let listen = open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
+        assert_eq!(
+            listen.describe(),
+            format!("stream-listen:unix:{}", path.display())
+        );
+        assert!(!listen.wants_write(), "nothing to send, no peer");
+        let (a, b) = (tmp("da.sock"), tmp("db.sock"));
+        let spec = WireSpec::Dgram {
+            local: SockAddr::Unix(a.clone()),
+            remote: SockAddr::Unix(b.clone()),
+        };
+        let dgram = open(&spec).unwrap();
+        assert_eq!(
+            dgram.describe(),
+            format!("dgram:unix:{},unix:{}", a.display(), b.display())
+        );
+        assert!(dgram.fd().is_some(), "the event loop polls the socket");
+        assert!(!dgram.wants_write());
+    }
+
+    #[test]
     fn implausible_stream_length_drops_the_connection() {
         let path = tmp("bad.sock");
         let mut w = open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
