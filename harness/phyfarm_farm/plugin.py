@@ -110,6 +110,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--results-dir", metavar="DIR", help="results.json and logs [default: beside --junitxml]"
     )
     g.addoption("--guest-image", metavar="PATH", help="a prebuilt `phyfarm guest image`")
+    g.addoption(
+        "--guest-plan",
+        metavar="FILE",
+        help="the guest plan `phyfarm test` resolved (kernels, emulator, image, accelerator, "
+        "machine) [default: asked from `phyfarm guest plan` with these options]",
+    )
     g.addoption("--emulator", metavar="PATH", help="the ax88772-emu binary [default: built]")
     g.addoption(
         "--emulator-arg",
@@ -406,7 +412,7 @@ class FarmEnv:
 
     def kernel(self, variant: str) -> Path:
         if variant not in self.kernels:
-            self.kernels[variant] = _find_or_build_kernel(self, variant)
+            raise MissingKernel(f"no {variant} kernel in the guest plan")
         return self.kernels[variant]
 
     def exporter_kernel(self) -> Path:
@@ -451,42 +457,6 @@ def _find_or_build_exporter_kernel(env: FarmEnv) -> Path:
     return (out / "bzImage").resolve()
 
 
-def _find_or_build_kernel(env: FarmEnv, variant: str) -> Path:
-    cfg = env.config
-    if cfg.getoption("--kernel"):
-        k = Path(cfg.getoption("--kernel"))
-        if not k.is_file():
-            raise MissingKernel(f"--kernel {k} does not exist")
-        return k.resolve()
-    art = cfg.getoption("--artifacts")
-    if art:
-        d = Path(art)
-        for k in (d / "bzImage", d / variant / "bzImage"):
-            if k.is_file() and (k.parent != d or (_variant_of(d) or variant) == variant):
-                return k.resolve()
-        raise MissingKernel(
-            f"no {variant} kernel in --artifacts {d} (bzImage or {variant}/bzImage)"
-        )
-    out = cache_dir() / "out" / variant
-    with _locked("kernel-build"):
-        meta = _read_json(out / "metadata.json")
-        if not (out / "bzImage").is_file() or meta.get("status") != "PASS":
-            _run(
-                [str(env.phyfarm), "build", "--variant", variant],
-                f"phyfarm build --variant {variant}",
-            )
-    if not (out / "bzImage").is_file():
-        raise MissingKernel(f"phyfarm build --variant {variant} left no {out}/bzImage")
-    return (out / "bzImage").resolve()
-
-
-def _read_json(p: Path) -> dict:
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def _cargo_build(args: list[str], what: str) -> None:
     env = dict(os.environ)
     env.setdefault("CARGO_BUILD_JOBS", "1")
@@ -505,6 +475,36 @@ def _cargo_build(args: list[str], what: str) -> None:
         raise SetupError(f"cannot build {what}:\n{p.stderr[-3000:]}")
 
 
+def guest_plan(cfg: pytest.Config, phyfarm: Path) -> dict:
+    """What the guests need, resolved by phyfarm: the file `phyfarm test`
+    wrote, or `phyfarm guest plan` asked with this run's options (it builds
+    what is missing: the cache's kernels, the emulator, the guest image)."""
+    given = cfg.getoption("--guest-plan")
+    if given:
+        try:
+            return json.loads(Path(given).read_text())
+        except (OSError, ValueError) as e:
+            raise SetupError(f"--guest-plan {given}: {e}") from e
+    argv = [str(phyfarm), "guest", "plan", "--accel", cfg.getoption("--accel"), "--json"]
+    if cfg.getoption("--kernel"):
+        argv += ["--kernel", cfg.getoption("--kernel")]
+    elif cfg.getoption("--artifacts"):
+        argv += ["--artifacts", cfg.getoption("--artifacts")]
+    else:
+        argv += ["--default-kernels"]
+    for v in selected_variants(cfg):
+        argv += ["--variant", v]
+    if cfg.getoption("--guest-image") is not None:
+        argv += ["--image", cfg.getoption("--guest-image")]
+    if cfg.getoption("--device") in ("emulated", GADGET):
+        if cfg.getoption("--emulator"):
+            argv += ["--emulator", cfg.getoption("--emulator")]
+        else:
+            argv += ["--build-emulator"]
+    with _locked("guest-plan"):
+        return json.loads(_run(argv, "phyfarm guest plan", timeout=3600))
+
+
 @pytest.fixture(scope="session")
 def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     cfg = request.config
@@ -514,35 +514,26 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     with _locked("cargo"):
         if not phyfarm.is_file():
             _cargo_build(["-p", "phyfarm"], "phyfarm")
-        emu: Path | None = None
-        if cfg.getoption("--device") in ("emulated", GADGET):
-            emu = Path(cfg.getoption("--emulator") or REPO / "target/release/ax88772-emu")
-            if not cfg.getoption("--emulator"):
-                _cargo_build(["--release", "-p", "ax88772", "--bin", "ax88772-emu"], "ax88772-emu")
+    # phyfarm resolves the guests once: the kernels, the emulator, the image,
+    # KVM or TCG (probed with a short boot of the first kernel), and the QEMU
+    # machine for it. The harness only runs checks.
+    plan = guest_plan(cfg, phyfarm)
+    emu = Path(plan["emulator"]) if plan.get("emulator") else None
+    if cfg.getoption("--device") in ("emulated", GADGET) and emu is None:
+        raise SetupError("the guest plan has no emulator for --device " + cfg.getoption("--device"))
     results_dir: Path = cfg._phyfarm_results_dir  # type: ignore[attr-defined]
     env = FarmEnv(
         config=cfg,
         results_dir=results_dir,
         phyfarm=phyfarm,
         emulator=emu,
-        guest_image=Path(),
-        accel="",
-        accel_reason="",
+        guest_image=Path(plan["guest_image"]),
+        accel=plan["accel"],
+        accel_reason=plan["accel_reason"],
         device=cfg.getoption("--device"),
         timeout=cfg.getoption("--guest-timeout"),
+        kernels={v: Path(k) for v, k in (plan.get("kernels") or {}).items()},
     )
-    # phyfarm resolves the guest once: the image, KVM or TCG (probed with a
-    # short boot of the first kernel), and the QEMU machine for it.
-    want = cfg.getoption("--accel")
-    argv = [str(phyfarm), "guest", "plan", "--accel", want, "--json"]
-    if cfg.getoption("--guest-image") is not None:
-        argv += ["--image", str(cfg.getoption("--guest-image"))]
-    if want == "auto":
-        argv += ["--kernel", str(env.kernel(selected_variants(cfg)[0]))]
-    with _locked("guest-plan"):
-        plan = json.loads(_run(argv, "phyfarm guest plan", timeout=1800))
-    env.guest_image = Path(plan["guest_image"])
-    env.accel, env.accel_reason = plan["accel"], plan["accel_reason"]
     use_machine(env.accel, plan["machine"])
     results_dir.mkdir(parents=True, exist_ok=True)
     qv = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True)

@@ -239,21 +239,39 @@ pub enum GuestCommand {
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
     },
-    /// Resolve, once, what every farm guest needs: the guest image (built or
-    /// reused), the accelerator (auto: KVM only if a short probe boot of
-    /// --kernel finishes, else TCG, with the reason; kept for this host boot)
-    /// and the QEMU machine for it. The farm's pytest plugin starts with this
+    /// Resolve, once, what every farm guest needs: the kernels (--kernel,
+    /// --artifacts, or --default-kernels), the emulator, the guest image
+    /// (built or reused), the accelerator (auto: KVM only if a short probe
+    /// boot of the first kernel finishes, else TCG, with the reason; kept for
+    /// this host boot) and the QEMU machine for it. The farm's pytest plugin
+    /// starts from this (`phyfarm test` hands it over as a file)
     Plan {
-        /// Accelerator: auto probes KVM with a short boot of --kernel and
-        /// falls back to TCG
+        /// Accelerator: auto probes KVM with a short boot of the first kernel
+        /// and falls back to TCG
         #[arg(long, value_enum, default_value = "auto")]
         accel: Accel,
-        /// The kernel the KVM probe boots (needed with --accel auto)
-        #[arg(long, value_name = "PATH")]
+        /// One kernel for the farm (its variant from its metadata.json, else
+        /// the first --variant)
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["artifacts", "default_kernels"])]
         kernel: Option<PathBuf>,
+        /// A build's output folder: DIR/bzImage or DIR/<variant>/bzImage
+        #[arg(long, value_name = "DIR", conflicts_with = "default_kernels")]
+        artifacts: Option<PathBuf>,
+        /// The cache's kernels (<cache>/out/<variant>), built when missing
+        #[arg(long)]
+        default_kernels: bool,
+        /// Variants to resolve kernels for (repeatable) [default: rust and c]
+        #[arg(long, value_enum)]
+        variant: Vec<Variant>,
         /// This guest image instead of the one phyfarm builds
         #[arg(long, value_name = "PATH")]
         image: Option<PathBuf>,
+        /// This ax88772-emu binary
+        #[arg(long, value_name = "PATH", conflicts_with = "build_emulator")]
+        emulator: Option<PathBuf>,
+        /// Build ax88772-emu (release) and use it
+        #[arg(long)]
+        build_emulator: bool,
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
@@ -531,49 +549,65 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Guest(GuestCommand::Plan {
             accel,
             kernel,
+            artifacts,
+            default_kernels,
+            variant,
             image,
+            emulator,
+            build_emulator,
             json,
         }) => {
-            let guest_image = match image {
-                Some(p) if p.is_file() => crate::config::absolute(&p),
-                Some(p) => anyhow::bail!("--image {}: no such file", p.display()),
-                None => crate::guest::image::image(&paths, None, None)?.path,
+            use crate::guest::plan;
+            let variants = if variant.is_empty() {
+                Variant::ALL.to_vec()
+            } else {
+                variant.clone()
             };
-            let (resolved, reason) = if accel == Accel::Auto {
-                let Some(kernel) = kernel else {
-                    anyhow::bail!("--accel auto needs --kernel: the KVM probe boots it");
+            let kernels = if default_kernels {
+                plan::default_kernels(&paths, runtime, &variants, jobs(None))?
+            } else if kernel.is_some() || artifacts.is_some() {
+                let opts = crate::farm::TestOptions {
+                    kernel,
+                    artifacts,
+                    variant: (variant.len() == 1).then(|| variant[0]),
+                    ..crate::farm::TestOptions::new(runtime)
                 };
-                if !kernel.is_file() {
-                    anyhow::bail!("--kernel {}: no such file", kernel.display());
-                }
-                let initrd = boot::boot_initramfs(&paths, runtime)?;
-                let scratch = tempfile::tempdir()?;
-                boot::resolve_accel(
-                    &paths,
-                    accel,
-                    &crate::config::absolute(&kernel),
-                    &initrd,
-                    boot::DEFAULT_MEMORY_MB,
-                    scratch.path(),
-                )
+                crate::farm::kernels(&opts)?
+                    .into_iter()
+                    .filter(|(v, _)| variants.iter().any(|w| w.name() == v))
+                    .collect()
             } else {
-                (accel, "requested".to_string())
+                vec![]
             };
-            let machine = boot::machine_template(resolved);
+            let req = plan::Request {
+                accel,
+                image,
+                kernels,
+                emulator: match (emulator, build_emulator) {
+                    (Some(p), _) => plan::Emulator::Given(p),
+                    (None, true) => plan::Emulator::Build,
+                    (None, false) => plan::Emulator::None,
+                },
+            };
+            let p = plan::resolve(&paths, runtime, &req)?;
             let text = if json {
-                serde_json::to_string_pretty(&serde_json::json!({
-                    "guest_image": guest_image,
-                    "accel": resolved.name(),
-                    "accel_reason": reason,
-                    "machine": boot::machine_description(resolved),
-                }))? + "\n"
+                serde_json::to_string_pretty(&p)? + "\n"
             } else {
-                format!(
-                    "guest image: {}\naccelerator: {} ({reason})\nmachine: {}\n",
-                    guest_image.display(),
-                    resolved.name(),
-                    shell_quote(&machine)
-                )
+                let mut t = format!(
+                    "guest image: {}\naccelerator: {} ({})\n",
+                    p["guest_image"].as_str().unwrap_or(""),
+                    p["accel"].as_str().unwrap_or(""),
+                    p["accel_reason"].as_str().unwrap_or("")
+                );
+                for (v, k) in p["kernels"].as_object().into_iter().flatten() {
+                    t += &format!("kernel {v}: {}\n", k.as_str().unwrap_or(""));
+                }
+                if let Some(e) = p["emulator"].as_str() {
+                    t += &format!("emulator: {e}\n");
+                }
+                let machine: Vec<String> =
+                    serde_json::from_value(p["machine"]["argv"].clone()).unwrap_or_default();
+                t + &format!("machine: {}\n", shell_quote(&machine))
             };
             print_stdout(&text)?;
             Ok(Outcome::Pass)
@@ -602,6 +636,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 device: a.device,
                 out: a.out,
                 pytest_args: a.pytest_args,
+                runtime,
             };
             crate::farm::test(&paths, &opts, &reproducer())
         }
@@ -881,6 +916,7 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
         device: None,
         out: None,
         pytest_args: vec![],
+        runtime,
     });
     crate::run::run(
         paths,

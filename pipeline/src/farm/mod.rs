@@ -17,7 +17,7 @@ use crate::config::{Paths, Variant};
 use crate::guest::accel::Accel;
 use crate::progress::info;
 use crate::results::Status;
-use crate::sandbox::runtime::shell_quote;
+use crate::sandbox::runtime::{shell_quote, Runtime};
 use crate::Outcome;
 
 #[derive(Debug, Clone)]
@@ -35,6 +35,29 @@ pub struct TestOptions {
     pub device: Option<String>,
     pub out: Option<PathBuf>,
     pub pytest_args: Vec<String>,
+    /// Where the guest plan's build steps run (the boot initramfs).
+    pub runtime: Runtime,
+}
+
+impl TestOptions {
+    /// No kernels, every check, one worker, auto accelerator, the emulated
+    /// adapter.
+    pub fn new(runtime: Runtime) -> TestOptions {
+        TestOptions {
+            artifacts: None,
+            kernel: None,
+            variant: None,
+            workers: None,
+            keyword: None,
+            accel: Accel::Auto,
+            guest_timeout: 120,
+            flaps: None,
+            device: None,
+            out: None,
+            pytest_args: vec![],
+            runtime,
+        }
+    }
 }
 
 /// The kernels a run covers: (variant name, bzImage).
@@ -192,6 +215,10 @@ fn python(paths: &Paths) -> PathBuf {
         .unwrap_or_else(|| paths.cache.join("venv").join("bin").join("python"))
 }
 
+/// The guest plan `phyfarm test` writes into the run's folder for the
+/// harness (`--guest-plan`).
+pub const GUEST_PLAN: &str = "guest-plan.json";
+
 /// The pytest command line of a run.
 pub fn pytest_argv(paths: &Paths, opts: &TestOptions, out: &Path) -> Vec<String> {
     let mut v: Vec<String> = vec![
@@ -203,6 +230,8 @@ pub fn pytest_argv(paths: &Paths, opts: &TestOptions, out: &Path) -> Vec<String>
         out.display().to_string(),
         "--junitxml".into(),
         out.join("junit.xml").display().to_string(),
+        "--guest-plan".into(),
+        out.join(GUEST_PLAN).display().to_string(),
         "--accel".into(),
         opts.accel.name().into(),
         "--guest-timeout".into(),
@@ -256,6 +285,27 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
             .join(format!("test-{}", metadata::now_rfc3339().replace(':', ""))),
     };
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    // Everything the guests need, resolved here once; the harness only runs
+    // checks.
+    let forwarded = opts
+        .device
+        .as_deref()
+        .is_some_and(|d| d.starts_with("forwarded:"));
+    let plan = crate::guest::plan::resolve(
+        paths,
+        opts.runtime,
+        &crate::guest::plan::Request {
+            accel: opts.accel,
+            image: None,
+            kernels: kernels.clone(),
+            emulator: if forwarded {
+                crate::guest::plan::Emulator::None
+            } else {
+                crate::guest::plan::Emulator::Build
+            },
+        },
+    )?;
+    crate::guest::plan::write(&plan, &out.join(GUEST_PLAN))?;
     let argv = pytest_argv(paths, opts, &out);
     std::fs::write(
         out.join("reproduce.sh"),
@@ -393,6 +443,7 @@ mod tests {
             device: None,
             out: None,
             pytest_args: vec![],
+            runtime: crate::sandbox::runtime::Runtime::Podman,
         }
     }
 
@@ -439,5 +490,6 @@ mod tests {
         );
         assert!(s.contains("--artifacts /a"), "{s}");
         assert!(s.contains("-n 2") && s.contains("-k probe"), "{s}");
+        assert!(s.contains("--guest-plan /o/guest-plan.json"), "{s}");
     }
 }

@@ -1,7 +1,8 @@
-//! Guest: the farm's initramfs, booting a kernel in QEMU, and the choice of
-//! KVM or TCG.
+//! Guest: the farm's initramfs, booting a kernel in QEMU, the choice of
+//! KVM or TCG, and the plan every farm guest is started from.
 
 pub mod accel;
 pub mod boot;
 pub mod cpio;
 pub mod image;
+pub mod plan;

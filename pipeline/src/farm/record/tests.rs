@@ -37,6 +37,7 @@ fn opts() -> TestOptions {
         device: None,
         out: None,
         pytest_args: vec![],
+        runtime: crate::sandbox::runtime::Runtime::Podman,
     }
 }
 
