@@ -265,6 +265,20 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
     assert plan["guest_image"] == str(image)
     assert (plan["accel"], plan["accel_reason"]) == ("tcg", "requested")
     assert tuple(plan["machine"]["argv"]) == machine_template("tcg")
+    assert (plan["kernels"], plan["emulator"]) == ({}, None), "nothing asked, nothing resolved"
+    art = tmp_path / "out"
+    (art / "c").mkdir(parents=True)
+    (art / "c" / "bzImage").write_bytes(b"k")
+    p = subprocess.run(
+        [*argv, "--artifacts", str(art), "--emulator", "/bin/true", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    plan2 = json.loads(p.stdout)
+    assert plan2["kernels"] == {"c": str(art / "c" / "bzImage")}
+    assert plan2["emulator"] == "/bin/true"
     assert plan["machine"]["confinement"] == list(
         machine_template("tcg")[-len(plan["machine"]["confinement"]) :]
     )
@@ -272,6 +286,15 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
         (["--accel", "auto", "--image", str(image)], "--accel auto needs --kernel"),
         (["--accel", "tcg", "--image", str(tmp_path / "none")], "--image"),
         (["--accel", "quick"], "--accel"),
+        (
+            ["--accel", "tcg", "--image", str(image), "--artifacts", str(tmp_path / "no")],
+            "--artifacts",
+        ),
+        (
+            ["--accel", "tcg", "--image", str(image), "--emulator", str(tmp_path / "no")],
+            "--emulator",
+        ),
+        (["--kernel", str(image), "--artifacts", str(tmp_path)], "--artifacts"),
     ):
         p = subprocess.run(
             [str(phyfarm_binary()), "guest", "plan", *bad],
