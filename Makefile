@@ -114,7 +114,7 @@ bench: setup phyfarm
 	bash bench/boot-vs-vng.sh --build
 	$(VENV)/bin/python bench/revision-to-verdict.py
 	$(VENV)/bin/python bench/farm-fanout.py
-	$(VENV)/bin/python bench/farm-scaling.py
+	bash bench/farm-scaling.sh
 
 # Mutation testing of the emulator crates (cargo install cargo-mutants
 # --locked). Slow, so never part of `make test`; MUTANTS_ARGS narrows it,

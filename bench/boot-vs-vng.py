@@ -52,7 +52,7 @@ from phyfarm_farm import procs
 from phyfarm_farm.emulator import Emulator
 from phyfarm_farm.errors import FarmError
 from phyfarm_farm.farm import Farm
-from phyfarm_farm.guest import Guest, GuestConfig, host_tsc_khz, phyfarm_binary
+from phyfarm_farm.guest import Guest, GuestConfig, cache_dir, host_tsc_khz, phyfarm_binary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,13 +69,6 @@ class CannotRun(Exception):
 
 def log(level: str, msg: str) -> None:
     print(f"{level}: {msg}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    if os.environ.get("PHYFARM_CACHE"):
-        return Path(os.environ["PHYFARM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "phyfarm"
 
 
 def phyfarm_bin() -> Path:

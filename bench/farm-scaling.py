@@ -2,7 +2,7 @@
 """The farm's real fan-out on this machine: `phyfarm test -n W` against
 `-n 1` on the same kernels, in one invocation.
 
-    bench/farm-scaling.py [--artifacts DIR] [--workers W] [--repeat R] [-k EXPR]
+    bench/farm-scaling.sh [--artifacts DIR] [--workers W] [--repeat R] [-k EXPR]
 
 Each round runs the farm once with one worker and once with W workers, the
 order alternating from round to round so that drift on the host hits both
@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from phyfarm_farm.guest import cache_dir, phyfarm_binary
+
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 0.6
 
@@ -40,17 +42,6 @@ class CannotRun(Exception):
 
 def log(level: str, msg: str) -> None:
     print(f"{level}: {msg}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    if os.environ.get("PHYFARM_CACHE"):
-        return Path(os.environ["PHYFARM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "phyfarm"
-
-
-def phyfarm_binary() -> Path:
-    return Path(os.environ.get("PHYFARM_BIN", REPO / "target/debug/phyfarm"))
 
 
 def farm_once(args, workers: int) -> dict:

@@ -46,6 +46,7 @@ from phyfarm_farm.farm import NETNS, Farm, tcp_goodput_ratio
 from phyfarm_farm.guest import (
     Guest,
     GuestConfig,
+    cache_dir,
     host_tsc_khz,
     phyfarm_binary,
     qemu_version,
@@ -64,13 +65,6 @@ class CannotRun(Exception):
 
 def log(level: str, msg: str) -> None:
     print(f"{level}: {msg}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    if os.environ.get("PHYFARM_CACHE"):
-        return Path(os.environ["PHYFARM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "phyfarm"
 
 
 def tcp_goodput_mbps(timestamps: bool) -> float:

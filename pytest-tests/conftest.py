@@ -13,8 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The farm's plugin (options, fixtures, KCIDB results): harness/phyfarm_farm.
-pytest_plugins = ["phyfarm_farm.plugin"]
+# The farm's plugin (options, fixtures, KCIDB results) is loaded by the
+# repository's root conftest.py.
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import grp
 import json
 import os
 import re
@@ -123,13 +122,6 @@ def peer_sockets(cfg: GuestConfig) -> list[Path]:
     return out
 
 
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
 def host_tsc_khz() -> int | None:
     """The host CPU's clock in kHz from /proc/cpuinfo (its TSC rate on a VM or
     a fixed-frequency CPU), or None.
@@ -165,6 +157,15 @@ class GuestConfig:
     #: Under TCG, the guest's TSC rate in kHz (`tsc_early_khz=`), or None to
     #: let the guest calibrate it (see host_tsc_khz).
     tsc_khz: int | None = None
+
+
+def cache_dir() -> Path:
+    """phyfarm's cache (PHYFARM_CACHE, else $XDG_CACHE_HOME/phyfarm or
+    ~/.cache/phyfarm), as the CLI resolves it."""
+    if os.environ.get("PHYFARM_CACHE"):
+        return Path(os.environ["PHYFARM_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "phyfarm"
 
 
 def phyfarm_binary() -> Path:

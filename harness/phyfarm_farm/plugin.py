@@ -37,6 +37,7 @@ from .farm import Farm
 from .guest import (
     Guest,
     GuestConfig,
+    cache_dir,
     host_tsc_khz,
     phyfarm_binary,
     qemu_user,
@@ -53,13 +54,6 @@ VARIANTS = ("rust", "c")
 #: The product's checks. PHYFARM_FARM_DIR points elsewhere only for the
 #: harness's own tests.
 FARM_DIR = Path(os.environ.get("PHYFARM_FARM_DIR") or REPO / "pytest-tests" / "farm")
-
-
-def cache_dir() -> Path:
-    if os.environ.get("PHYFARM_CACHE"):
-        return Path(os.environ["PHYFARM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "phyfarm"
 
 
 # -- options and markers -----------------------------------------------------

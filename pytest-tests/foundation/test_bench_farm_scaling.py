@@ -20,7 +20,8 @@ def bench(*args: str, **env: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, **env},
+        # What bench/farm-scaling.sh does, with this Python.
+        env={**os.environ, "PYTHONPATH": str(REPO / "harness"), **env},
         cwd=REPO,
         check=False,
     )

@@ -162,8 +162,13 @@ pub struct QemuUser {
 
 /// The user QEMU should run as: Some(user) when phyfarm is root and the
 /// user exists; None when phyfarm is not root (QEMU already unprivileged)
-/// or, with a warning, when the user is missing.
+/// or, with a warning, when the user is missing. Looked up once per process.
 pub fn qemu_user() -> Option<QemuUser> {
+    static USER: std::sync::OnceLock<Option<QemuUser>> = std::sync::OnceLock::new();
+    USER.get_or_init(lookup_qemu_user).clone()
+}
+
+fn lookup_qemu_user() -> Option<QemuUser> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return None;
@@ -226,11 +231,10 @@ impl QemuVersion {
         Some(QemuVersion(major, minor))
     }
 
-    /// The installed QEMU's, asked once per process; 0.0 when it cannot be
-    /// run (the boot itself then says why).
+    /// The installed QEMU's; 0.0 when it cannot be run (the boot itself then
+    /// says why).
     pub fn installed() -> QemuVersion {
-        static V: std::sync::OnceLock<QemuVersion> = std::sync::OnceLock::new();
-        *V.get_or_init(|| QemuVersion::parse(&qemu_version()).unwrap_or(QemuVersion(0, 0)))
+        QemuVersion::parse(&qemu_version()).unwrap_or(QemuVersion(0, 0))
     }
 
     /// How a `-chardev socket` client asks to reconnect: QEMU before 9.2
@@ -479,10 +483,15 @@ pub struct BootRecord {
     pub message: String,
 }
 
+/// The first line of `qemu-system-x86_64 --version`, asked once per process.
 fn qemu_version() -> String {
-    progress::capture(&["qemu-system-x86_64".into(), "--version".into()], &[])
-        .map(|s| s.lines().next().unwrap_or("").to_string())
-        .unwrap_or_default()
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        progress::capture(&["qemu-system-x86_64".into(), "--version".into()], &[])
+            .map(|s| s.lines().next().unwrap_or("").to_string())
+            .unwrap_or_default()
+    })
+    .clone()
 }
 
 /// Resolve the accelerator for guests of `kernel`: `auto` becomes KVM only

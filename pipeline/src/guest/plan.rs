@@ -87,7 +87,8 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
 fn build_emulator(paths: &Paths) -> Result<PathBuf> {
     let bin = paths.repo.join("target/release/ax88772-emu");
     info("emulator: cargo build --release -p ax88772 --bin ax88772-emu");
-    let out = std::process::Command::new("cargo")
+    let mut cargo = std::process::Command::new("cargo");
+    cargo
         .args([
             "build",
             "--quiet",
@@ -98,11 +99,12 @@ fn build_emulator(paths: &Paths) -> Result<PathBuf> {
             "ax88772-emu",
         ])
         .current_dir(&paths.repo)
-        .env(
-            "CARGO_BUILD_JOBS",
-            std::env::var("CARGO_BUILD_JOBS").unwrap_or_else(|_| "1".into()),
-        )
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::null());
+    if std::env::var_os("CARGO_BUILD_JOBS").is_none() {
+        // One core for it: a farm run may start beside a kernel build.
+        cargo.env("CARGO_BUILD_JOBS", "1");
+    }
+    let out = cargo
         .output()
         .context("cannot run cargo to build ax88772-emu")?;
     if !out.status.success() {

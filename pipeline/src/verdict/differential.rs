@@ -5,6 +5,7 @@
 //! and a minimum effect), with the minimum share stated here.
 
 use crate::results::{Measurement, Status};
+use crate::verdict::compare::telling_line as first_line;
 use crate::verdict::stats;
 
 /// Rust and C throughput differing by less than this share is not a
@@ -13,10 +14,6 @@ use crate::verdict::stats;
 /// Mbit/s is -90 %, a duplex mismatch worse than -50 %), while two TCG
 /// guests on a shared 2-core host were measured up to ~20 % apart.
 pub const DIFFERENTIAL_MIN_EFFECT: f64 = 0.40;
-
-fn first_line(s: &str) -> String {
-    super::compare::telling_line(s)
-}
 
 /// Rust against C for one check `id`: both final outcomes (status and log
 /// excerpt), then, when both pass alike, every Mbit/s measurement of the
