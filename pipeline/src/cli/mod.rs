@@ -250,8 +250,8 @@ pub enum GuestCommand {
         /// and falls back to TCG
         #[arg(long, value_enum, default_value = "auto")]
         accel: Accel,
-        /// One kernel for the farm (its variant from its metadata.json, else
-        /// the first --variant)
+        /// One kernel for the farm (its variant: the --variant given once,
+        /// else its metadata.json's, else rust)
         #[arg(long, value_name = "PATH", conflicts_with_all = ["artifacts", "default_kernels"])]
         kernel: Option<PathBuf>,
         /// A build's output folder: DIR/bzImage or DIR/<variant>/bzImage
