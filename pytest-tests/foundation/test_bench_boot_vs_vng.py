@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 
 BENCH = REPO / "bench/boot-vs-vng.py"

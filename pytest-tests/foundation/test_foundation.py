@@ -4,6 +4,7 @@ both booted in QEMU, and the errors a user meets on bad input."""
 from __future__ import annotations
 
 import pytest
+
 from conftest import read_json
 
 pytestmark = pytest.mark.slow

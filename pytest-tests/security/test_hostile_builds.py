@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 
 SECRET = "runner-password-5b7d2e90"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import REPO
 
 SECRET = "runner-password-8c1f0e3a"

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 
 SCRIPT = REPO / "containers/runner/setup-runner.sh"

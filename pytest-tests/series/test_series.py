@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, read_json
 
 SERIES = REPO / "patches" / "rust-phy-enum-check"

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+
 from conftest import REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "pull-request.yml"

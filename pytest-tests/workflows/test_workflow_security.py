@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import workflow_rules as wr
+
 from conftest import REPO
 
 WORKFLOWS = REPO / ".github" / "workflows"
