@@ -59,8 +59,8 @@ KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 # guests) boot guests too, so they run beside the farm, not in `phyfarm run`.
 # pytest-tests/gadget runs the probe, link-flap and throughput checks on the
 # forwarded-gadget path (the model as a USB gadget in an exporter guest,
-# exported by the real usbredirect) beside the emulated path; it builds the
-# exporter kernel (`make exporter-kernel`) when it is missing.
+# exported by the real usbredirect) beside the emulated path; its guest plan
+# builds the exporter kernel as `make exporter-kernel` does (incrementally).
 integration: setup phyfarm
 	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/gadget
 	$(PHASE) integration/kunit-kernel $(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
@@ -70,11 +70,11 @@ integration: setup phyfarm
 
 # The exporter guest's kernel for the forwarded-gadget farm checks: the c
 # variant with qemu-farm/guest/exporter.config (dummy_hcd, configfs gadgets,
-# FunctionFS). The farm builds it itself when it is missing.
+# FunctionFS). `phyfarm guest plan --build-exporter-kernel` builds the same.
 EXPORTER_OUT := $(PHYFARM_CACHE)/out/exporter
 .PHONY: exporter-kernel
 exporter-kernel: setup phyfarm
-	$(PHYFARM) build --variant c $$(sed -n -e 's/^\(CONFIG_.*\)$$/-K \1/p' -e 's/^# \(CONFIG_[A-Za-z0-9_]*\) is not set$$/-K \1=n/p' qemu-farm/guest/exporter.config) -o $(EXPORTER_OUT)
+	$(PHYFARM) build --variant c --kconfig-fragment qemu-farm/guest/exporter.config -o $(EXPORTER_OUT)
 
 # Test fixtures that are outputs of real runs, refreshed from what
 # `make run` and `phyfarm selftest --case doctest-fails` left in the cache.

@@ -191,28 +191,40 @@ def _results_dir(config: pytest.Config) -> Path:
 
 
 def selected_variants(config: pytest.Config) -> list[str]:
-    """The variants a run covers, without building anything."""
-    want = config.getoption("--variant") or list(VARIANTS)
-    if config.getoption("--kernel"):
-        k = Path(config.getoption("--kernel"))
-        v = _variant_of(k.parent) or want[0]
-        return [v]
-    art = config.getoption("--artifacts")
-    if art:
-        d = Path(art)
-        if (d / "bzImage").is_file():
-            return [_variant_of(d) or want[0]]
-        found = [v for v in want if (d / v / "bzImage").is_file()]
-        return found or want
-    return want
+    """The variants a run covers, without building anything: the guest plan's
+    kernels when `phyfarm test` handed one over, else what `phyfarm guest
+    variants` says of this run's options."""
+    cached = getattr(config, "_phyfarm_variants", None)
+    if cached is not None:
+        return cached
+    given = config.getoption("--guest-plan")
+    if given:
+        try:
+            vs = list(json.loads(Path(given).read_text())["variants"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise pytest.UsageError(f"--guest-plan {given}: {e!r}") from e
+    else:
+        argv = [str(_phyfarm()), "guest", "variants"]
+        for opt in ("--kernel", "--artifacts"):
+            if config.getoption(opt):
+                argv += [opt, config.getoption(opt)]
+        for v in config.getoption("--variant") or []:
+            argv += ["--variant", v]
+        try:
+            vs = _run(argv, "phyfarm guest variants", timeout=120).split()
+        except SetupError as e:
+            raise pytest.UsageError(str(e)) from e
+    config._phyfarm_variants = vs  # type: ignore[attr-defined]
+    return vs
 
 
-def _variant_of(d: Path) -> str | None:
-    try:
-        v = json.loads((d / "metadata.json").read_text()).get("variant")
-    except (OSError, ValueError):
-        return None
-    return v if v in VARIANTS else None
+def _phyfarm() -> Path:
+    """The phyfarm binary, built when it is missing."""
+    phyfarm = phyfarm_binary()
+    with _locked("cargo"):
+        if not phyfarm.is_file():
+            _cargo_build(["-p", "phyfarm"], "phyfarm")
+    return phyfarm
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -403,6 +415,8 @@ class FarmEnv:
     device: str
     timeout: float
     kernels: dict = field(default_factory=dict)
+    #: The exporter guest's kernel (forwarded-gadget), else None.
+    exporter: Path | None = None
 
     def kernel(self, variant: str) -> Path:
         if variant not in self.kernels:
@@ -410,45 +424,13 @@ class FarmEnv:
         return self.kernels[variant]
 
     def exporter_kernel(self) -> Path:
-        if "exporter" not in self.kernels:
-            self.kernels["exporter"] = _find_or_build_exporter_kernel(self)
-        return self.kernels["exporter"]
+        if self.exporter is None:
+            raise MissingKernel("no exporter kernel in the guest plan")
+        return self.exporter
 
 
 #: --device value of the forwarded-gadget path.
 GADGET = "forwarded-gadget"
-EXPORTER_CONFIG = REPO / "qemu-farm" / "guest" / "exporter.config"
-
-
-def exporter_options(text: str) -> list[str]:
-    """The -K options of qemu-farm/guest/exporter.config."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        m = re.fullmatch(r"# (CONFIG_[A-Za-z0-9_]+) is not set", line)
-        if m:
-            out += ["-K", f"{m.group(1)}=n"]
-        elif line.startswith("CONFIG_"):
-            out += ["-K", line]
-    return out
-
-
-def _find_or_build_exporter_kernel(env: FarmEnv) -> Path:
-    given = env.config.getoption("--exporter-kernel")
-    if given:
-        k = Path(given)
-        if not k.is_file():
-            raise MissingKernel(f"--exporter-kernel {k} does not exist")
-        return k.resolve()
-    out = cache_dir() / "out" / "exporter"
-    argv = [str(env.phyfarm), "build", "--variant", "c"]
-    argv += exporter_options(EXPORTER_CONFIG.read_text()) + ["-o", str(out)]
-    with _locked("kernel-build"):
-        # phyfarm build is incremental: a no-op when the tree is up to date.
-        _run(argv, "phyfarm build (exporter kernel)")
-    if not (out / "bzImage").is_file():
-        raise MissingKernel(f"the exporter kernel build left no {out}/bzImage")
-    return (out / "bzImage").resolve()
 
 
 def _cargo_build(args: list[str], what: str) -> None:
@@ -490,11 +472,12 @@ def guest_plan(cfg: pytest.Config, phyfarm: Path) -> dict:
         argv += ["--variant", v]
     if cfg.getoption("--guest-image") is not None:
         argv += ["--image", cfg.getoption("--guest-image")]
-    if cfg.getoption("--device") in ("emulated", GADGET):
-        if cfg.getoption("--emulator"):
-            argv += ["--emulator", cfg.getoption("--emulator")]
-        else:
-            argv += ["--build-emulator"]
+    # The device decides what phyfarm builds (the emulator, the exporter
+    # kernel); what is given here is used instead.
+    argv += ["--device", cfg.getoption("--device")]
+    for opt in ("--emulator", "--exporter-kernel"):
+        if cfg.getoption(opt):
+            argv += [opt, cfg.getoption(opt)]
     with _locked("guest-plan"):
         return json.loads(_run(argv, "phyfarm guest plan", timeout=3600))
 
@@ -504,10 +487,7 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     cfg = request.config
     if shutil.which("qemu-system-x86_64") is None:
         raise SetupError("qemu-system-x86_64 is not installed (bash containers/host-setup.sh)")
-    phyfarm = phyfarm_binary()
-    with _locked("cargo"):
-        if not phyfarm.is_file():
-            _cargo_build(["-p", "phyfarm"], "phyfarm")
+    phyfarm = _phyfarm()
     # phyfarm resolves the guests once: the kernels, the emulator, the image,
     # KVM or TCG (probed with a short boot of the first kernel), and the QEMU
     # machine for it. The harness only runs checks.
@@ -527,6 +507,7 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
         device=cfg.getoption("--device"),
         timeout=cfg.getoption("--guest-timeout"),
         kernels={v: Path(k) for v, k in (plan.get("kernels") or {}).items()},
+        exporter=Path(plan["exporter_kernel"]) if plan.get("exporter_kernel") else None,
     )
     use_machine(env.accel, plan["machine"])
     results_dir.mkdir(parents=True, exist_ok=True)

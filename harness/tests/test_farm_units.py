@@ -265,7 +265,9 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
     assert plan["guest_image"] == str(image)
     assert (plan["accel"], plan["accel_reason"]) == ("tcg", "requested")
     assert tuple(plan["machine"]["argv"]) == machine_template("tcg")
-    assert (plan["kernels"], plan["emulator"]) == ({}, None), "nothing asked, nothing resolved"
+    assert (plan["kernels"], plan["variants"], plan["emulator"]) == ({}, [], None), (
+        "nothing asked, nothing resolved"
+    )
     art = tmp_path / "out"
     (art / "c").mkdir(parents=True)
     (art / "c" / "bzImage").write_bytes(b"k")
@@ -278,7 +280,27 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
     assert p.returncode == 0, p.stderr
     plan2 = json.loads(p.stdout)
     assert plan2["kernels"] == {"c": str(art / "c" / "bzImage")}
+    assert plan2["variants"] == ["c"]
     assert plan2["emulator"] == "/bin/true"
+    assert plan2["exporter_kernel"] is None, "no forwarded-gadget path asked for"
+    p = subprocess.run(
+        [*argv, "--exporter-kernel", str(art / "c" / "bzImage"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["exporter_kernel"] == str(art / "c" / "bzImage")
+    # A forwarded adapter needs neither the emulator nor an exporter guest.
+    p = subprocess.run(
+        [*argv, "--device", "forwarded:127.0.0.1:4000", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    fwd = json.loads(p.stdout)
+    assert (fwd["emulator"], fwd["exporter_kernel"]) == (None, None)
     assert plan["machine"]["confinement"] == list(
         machine_template("tcg")[-len(plan["machine"]["confinement"]) :]
     )
@@ -295,6 +317,12 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
             "--emulator",
         ),
         (["--kernel", str(image), "--artifacts", str(tmp_path)], "--artifacts"),
+        (
+            ["--accel", "tcg", "--image", str(image), "--exporter-kernel", str(tmp_path / "no")],
+            "--exporter-kernel",
+        ),
+        (["--exporter-kernel", str(image), "--build-exporter-kernel"], "--exporter-kernel"),
+        (["--accel", "tcg", "--image", str(image), "--device", "usb0"], "--device"),
     ):
         p = subprocess.run(
             [str(phyfarm_binary()), "guest", "plan", *bad],
@@ -304,6 +332,50 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
         )
         assert p.returncode == 2, (bad, p.stderr)
         assert says in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr)
+
+
+def test_the_variants_of_a_run_are_phyfarms(tmp_path):
+    """The plugin parametrizes its checks with what `phyfarm guest variants`
+    says: a kernel's variant is the one --variant names, else its
+    metadata.json's, else rust; --artifacts covers the variants it holds.
+    Nothing is built; a folder with no kernel is exit 2, named."""
+    from phyfarm_farm.guest import phyfarm_binary
+
+    def variants(*args: str) -> list[str]:
+        p = subprocess.run(
+            [str(phyfarm_binary()), "guest", "variants", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout.split()
+
+    assert variants() == ["rust", "c"]
+    assert variants("--variant", "c") == ["c"]
+    art = tmp_path / "series"
+    (art / "c").mkdir(parents=True)
+    (art / "c" / "bzImage").write_bytes(b"k")
+    assert variants("--artifacts", str(art)) == ["c"]
+    (art / "rust").mkdir()
+    (art / "rust" / "bzImage").write_bytes(b"k")
+    assert variants("--artifacts", str(art)) == ["rust", "c"]
+    assert variants("--artifacts", str(art), "--variant", "rust") == ["rust"]
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "bzImage").write_bytes(b"k")
+    assert variants("--kernel", str(one / "bzImage")) == ["rust"]
+    (one / "metadata.json").write_text('{"variant": "c"}')
+    assert variants("--kernel", str(one / "bzImage")) == ["c"]
+    assert variants("--artifacts", str(one)) == ["c"]
+    assert variants("--kernel", str(one / "bzImage"), "--variant", "rust") == ["rust"]
+    p = subprocess.run(
+        [str(phyfarm_binary()), "guest", "variants", "--artifacts", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and "--artifacts" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_tcg_guests_can_be_told_their_tsc_rate(tmp_path):
@@ -318,24 +390,6 @@ def test_tcg_guests_can_be_told_their_tsc_rate(tmp_path):
 
 
 # -- the forwarded-gadget path ----------------------------------------------
-
-
-def test_the_exporter_kernel_options_come_from_its_fragment():
-    from phyfarm_farm.plugin import EXPORTER_CONFIG, exporter_options
-
-    text = '# comment\nCONFIG_A=y\n# CONFIG_B is not set\n\nCONFIG_C="x y"\n'
-    assert exporter_options(text) == [
-        "-K",
-        "CONFIG_A=y",
-        "-K",
-        "CONFIG_B=n",
-        "-K",
-        'CONFIG_C="x y"',
-    ]
-    shipped = exporter_options(EXPORTER_CONFIG.read_text())
-    assert "CONFIG_USB_DUMMY_HCD=y" in shipped and "CONFIG_USB_CONFIGFS_F_FS=y" in shipped
-    # Nothing in the exporter may claim the adapter before usbredirect does.
-    assert "CONFIG_USB_NET_AX8817X=n" in shipped
 
 
 @pytest.mark.parametrize("dev", ["emulated", "forwarded-gadget", "forwarded:127.0.0.1:4000"])

@@ -5,7 +5,7 @@
 
 // The folders follow a revision through `phyfarm run`, stage by stage.
 pub mod build; // the distro tree: apply, build per patch, the Rust gates
-pub mod cli;
+pub mod cli; // the verbs
 pub mod export; // KCIDB, patchwork, JUnit, markdown, b4
 pub mod farm; // the checks: plan, the harness's results contract, base reuse
 pub mod guest; // the guest: initramfs, boot, accelerator
@@ -13,8 +13,9 @@ pub mod ingest; // the series: parse, refuse bad input, what changed
 pub mod results; // the results model every stage speaks
 pub mod run; // one run end to end, its folder, recording it, the self-test
 pub mod store; // where results are kept: SQLite or PostgreSQL, append-only
-pub mod verdict; // what the results mean: comparisons, flakes, the 72 h clock // the verbs
-                 // Shared by every stage.
+pub mod verdict; // what the results mean: comparisons, flakes, the 72 h clock
+
+// Shared by every stage.
 pub mod config;
 pub mod progress;
 pub mod sandbox; // containers, and files read without following links

@@ -3,6 +3,8 @@ both booted in QEMU, and the errors a user meets on bad input."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import read_json
@@ -181,3 +183,29 @@ def test_bad_cache_path_is_refused(phyfarm, tmp_path):
 def test_fragment_syntax_error_names_file_and_line(phyfarm, tmp_path):
     r = phyfarm("build", "--variant", "rust", "--dry-run", "-K", "AX88796B=y")
     assert r.code == 2 and "-K option 1" in r.stderr, r.describe()
+
+
+def test_a_kconfig_fragment_adds_its_options_to_the_build(phyfarm, tmp_path):
+    """--kconfig-fragment FILE builds what the same options given with -K
+    build (one build tree: the same extra configuration); a bad fragment is
+    refused naming its file and line, a missing one naming the file."""
+
+    def tree(*args: str) -> str:
+        r = phyfarm("build", "--variant", "c", "--dry-run", "-o", str(tmp_path / "o"), *args)
+        assert r.code == 0, r.describe()
+        trees = set(re.findall(r"src=([^,\s]+),dst=/build(?=\s)", r.stdout))
+        assert len(trees) == 1, r.describe()
+        return trees.pop()
+
+    frag = tmp_path / "extra.config"
+    frag.write_text("# a comment\nCONFIG_USB_GADGET=y\n# CONFIG_USB_NET_AX8817X is not set\n")
+    by_fragment = tree("--kconfig-fragment", str(frag))
+    assert by_fragment == tree("-K", "CONFIG_USB_GADGET=y", "-K", "CONFIG_USB_NET_AX8817X=n")
+    assert by_fragment != tree("-K", "CONFIG_USB_GADGET=y")
+    frag.write_text("CONFIG_USB_GADGET=y\nnot an option\n")
+    r = phyfarm("build", "--variant", "c", "--dry-run", "--kconfig-fragment", str(frag))
+    assert r.code == 2 and f"{frag}:2: cannot parse" in r.stderr, r.describe()
+    missing = tmp_path / "missing.config"
+    r = phyfarm("build", "--variant", "c", "--dry-run", "--kconfig-fragment", str(missing))
+    assert r.code == 2 and f"cannot read {missing}" in r.stderr, r.describe()
+    assert r.stderr.count("No such file") == 1, r.describe()

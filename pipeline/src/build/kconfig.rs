@@ -16,7 +16,7 @@ pub enum KconfigError {
         line: usize,
         text: String,
     },
-    #[error("{file}: {source}")]
+    #[error("cannot read {file}")]
     Io {
         file: PathBuf,
         source: std::io::Error,
@@ -147,6 +147,16 @@ pub fn last_wins(requests: Vec<Request>) -> Vec<Request> {
         out.push(r);
     }
     out
+}
+
+/// A fragment's requests as `-K` options (`CONFIG_X=VAL`, `CONFIG_X=n` for
+/// "is not set"), in the fragment's order: what `phyfarm build
+/// --kconfig-fragment` adds to its `-K` options.
+pub fn as_options(requests: &[Request]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| format!("CONFIG_{}={}", r.name, r.value))
+        .collect()
 }
 
 /// A final `.config`: symbol → value; unset symbols are absent.
@@ -428,6 +438,30 @@ mod tests {
             Some(vec!["BAZ".to_string()])
         );
         assert_eq!(kconfig_entry_deps(text, "NOPE"), None);
+    }
+
+    #[test]
+    fn a_fragment_becomes_k_options() {
+        let text = "# comment\nCONFIG_A=y\n# CONFIG_B is not set\n\nCONFIG_C=\"x y\"\nCONFIG_A=m\n";
+        let reqs = parse_fragment_text(Path::new("f.config"), text).unwrap();
+        assert_eq!(
+            as_options(&reqs),
+            ["CONFIG_B=n", "CONFIG_C=\"x y\"", "CONFIG_A=m"]
+        );
+    }
+
+    #[test]
+    fn the_exporter_fragment_gives_the_gadget_stack() {
+        let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-farm/guest/exporter.config");
+        let opts = as_options(&parse_fragment(&f).unwrap());
+        // Nothing in the exporter may claim the adapter before usbredirect does.
+        for want in [
+            "CONFIG_USB_DUMMY_HCD=y",
+            "CONFIG_USB_CONFIGFS_F_FS=y",
+            "CONFIG_USB_NET_AX8817X=n",
+        ] {
+            assert!(opts.iter().any(|o| o == want), "{want} not in {opts:?}");
+        }
     }
 
     #[test]

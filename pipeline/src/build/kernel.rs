@@ -509,7 +509,6 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     match status {
         Status::Pass => {
             info(&format!("{label}: build PASS"));
-            println!("{}", opts.out.display());
             Ok(Outcome::Pass)
         }
         Status::Fail => {
@@ -518,7 +517,6 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
                 eprintln!("E:   {}", progress::printable(l));
             }
             eprintln!("E: full log: {}", log_path.display());
-            println!("{}", opts.out.display());
             Ok(Outcome::Fail)
         }
         _ => bail!(

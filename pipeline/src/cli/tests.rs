@@ -1,5 +1,5 @@
 use super::*;
-use clap::CommandFactory;
+use clap::{CommandFactory, Parser};
 
 #[test]
 fn cli_is_well_formed() {

@@ -215,6 +215,10 @@ fn python(paths: &Paths) -> PathBuf {
         .unwrap_or_else(|| paths.cache.join("venv").join("bin").join("python"))
 }
 
+/// `--device` of the forwarded-gadget path: the model as a USB gadget in an
+/// exporter guest, exported by the real usbredirect.
+pub const FORWARDED_GADGET: &str = "forwarded-gadget";
+
 /// The guest plan `phyfarm test` writes into the run's folder for the
 /// harness (`--guest-plan`).
 pub const GUEST_PLAN: &str = "guest-plan.json";
@@ -287,23 +291,10 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     // Everything the guests need, resolved here once; the harness only runs
     // checks.
-    let forwarded = opts
-        .device
-        .as_deref()
-        .is_some_and(|d| d.starts_with("forwarded:"));
     let plan = crate::guest::plan::resolve(
         paths,
         opts.runtime,
-        &crate::guest::plan::Request {
-            accel: opts.accel,
-            image: None,
-            kernels: kernels.clone(),
-            emulator: if forwarded {
-                crate::guest::plan::Emulator::None
-            } else {
-                crate::guest::plan::Emulator::Build
-            },
-        },
+        &crate::guest::plan::Request::for_farm(opts.accel, kernels.clone(), opts.device.as_deref()),
     )?;
     crate::guest::plan::write(&plan, &out.join(GUEST_PLAN))?;
     let argv = pytest_argv(paths, opts, &out);

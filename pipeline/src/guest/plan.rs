@@ -27,8 +27,22 @@ pub enum Emulator {
     Build,
 }
 
+/// Where the exporter guest's kernel (the forwarded-gadget path) comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exporter {
+    /// No exporter guest.
+    None,
+    /// This bzImage.
+    Given(PathBuf),
+    /// `<cache>/out/exporter`, built (incrementally) with this many jobs.
+    Build { jobs: usize },
+}
+
+/// The exporter kernel's configuration on top of the c variant.
+pub const EXPORTER_FRAGMENT: &str = "qemu-farm/guest/exporter.config";
+
 /// What to resolve.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     pub accel: Accel,
     /// A guest image instead of the one phyfarm builds.
@@ -36,6 +50,33 @@ pub struct Request {
     /// The kernels of the run, by variant; the first one is the KVM probe's.
     pub kernels: Vec<(String, PathBuf)>,
     pub emulator: Emulator,
+    pub exporter: Exporter,
+}
+
+impl Request {
+    /// What a farm run on `--device` needs: the emulator unless the adapter
+    /// is a forwarded one, and the exporter guest's kernel on the
+    /// forwarded-gadget path; phyfarm's guest image.
+    pub fn for_farm(accel: Accel, kernels: Vec<(String, PathBuf)>, device: Option<&str>) -> Self {
+        let forwarded = device.is_some_and(|d| d.starts_with("forwarded:"));
+        Request {
+            accel,
+            image: None,
+            kernels,
+            emulator: if forwarded {
+                Emulator::None
+            } else {
+                Emulator::Build
+            },
+            exporter: if device == Some(crate::farm::FORWARDED_GADGET) {
+                Exporter::Build {
+                    jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+                }
+            } else {
+                Exporter::None
+            },
+        }
+    }
 }
 
 /// The plan as the harness reads it (`guest-plan.json`).
@@ -50,6 +91,12 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
         Emulator::Given(p) if p.is_file() => Some(crate::config::absolute(p)),
         Emulator::Given(p) => bail!("--emulator {}: no such file", p.display()),
         Emulator::Build => Some(build_emulator(paths)?),
+    };
+    let exporter_kernel = match &req.exporter {
+        Exporter::None => None,
+        Exporter::Given(p) if p.is_file() => Some(crate::config::absolute(p)),
+        Exporter::Given(p) => bail!("--exporter-kernel {}: no such file", p.display()),
+        Exporter::Build { jobs } => Some(build_exporter_kernel(paths, runtime, *jobs)?),
     };
     let (accel, reason) = if req.accel == Accel::Auto {
         let Some((_, kernel)) = req.kernels.first() else {
@@ -79,7 +126,11 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
         "accel_reason": reason,
         "machine": boot::machine_description(accel),
         "kernels": kernels,
+        // The kernels' variants in the run's order (the first one is what a
+        // single-variant check runs on).
+        "variants": req.kernels.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
         "emulator": emulator,
+        "exporter_kernel": exporter_kernel,
     }))
 }
 
@@ -119,6 +170,40 @@ fn build_emulator(paths: &Paths) -> Result<PathBuf> {
         bail!("cargo build left no {}", bin.display());
     }
     Ok(bin)
+}
+
+/// The exporter guest's kernel, `<cache>/out/exporter/bzImage`: the c
+/// variant with [`EXPORTER_FRAGMENT`], as `make exporter-kernel` builds it.
+/// The build is incremental, a short no-op when nothing changed.
+fn build_exporter_kernel(paths: &Paths, runtime: Runtime, jobs: usize) -> Result<PathBuf> {
+    let fragment = paths.repo.join(EXPORTER_FRAGMENT);
+    let out = paths.cache.join("out").join("exporter");
+    let extra =
+        crate::build::kconfig::as_options(&crate::build::kconfig::parse_fragment(&fragment)?);
+    info(&format!("exporter kernel: {}", out.display()));
+    let outcome = crate::build::kernel::build(
+        paths,
+        &crate::build::kernel::BuildOptions {
+            variant: crate::config::Variant::C,
+            out: out.clone(),
+            runtime,
+            jobs,
+            dry_run: false,
+            extra,
+            reproducer: format!(
+                "phyfarm build --variant c --kconfig-fragment {EXPORTER_FRAGMENT} -o {}",
+                out.display()
+            ),
+        },
+    )?;
+    let kernel = out.join("bzImage");
+    if outcome != crate::Outcome::Pass || !kernel.is_file() {
+        bail!(
+            "the exporter kernel did not build ({outcome:?}): see {}",
+            out.join("build.log").display()
+        );
+    }
+    Ok(kernel)
 }
 
 /// The default kernels of the cache (`<cache>/out/<variant>/bzImage`), each
@@ -168,4 +253,27 @@ pub fn default_kernels(
 pub fn write(plan: &serde_json::Value, file: &Path) -> Result<()> {
     std::fs::write(file, serde_json::to_string_pretty(plan)? + "\n")
         .with_context(|| format!("cannot write {}", file.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_farm_run_asks_for_what_its_device_needs() {
+        let k = vec![("rust".to_string(), PathBuf::from("bzImage"))];
+        let req = |d| Request::for_farm(Accel::Tcg, k.clone(), d);
+        assert_eq!(req(None).emulator, Emulator::Build);
+        assert_eq!(req(None).exporter, Exporter::None);
+        assert_eq!(req(Some("emulated")).exporter, Exporter::None);
+        let gadget = req(Some(crate::farm::FORWARDED_GADGET));
+        assert_eq!(gadget.emulator, Emulator::Build);
+        assert!(matches!(gadget.exporter, Exporter::Build { .. }));
+        let forwarded = req(Some("forwarded:10.0.0.2:4000"));
+        assert_eq!(
+            (forwarded.emulator, forwarded.exporter),
+            (Emulator::None, Exporter::None)
+        );
+        assert_eq!((gadget.kernels, gadget.image), (k, None));
+    }
 }
