@@ -135,23 +135,43 @@ pub fn emit(tag: char, args: std::fmt::Arguments<'_>) {
     let Ok(mut lim) = s.limiter.lock() else {
         return;
     };
-    let (ok, held) = lim.admit(Instant::now());
+    admit_line(&mut lim, Instant::now(), tag, args, |line| push(s, line));
+}
+
+/// Put out one line if the limiter admits it, preceded by the count of
+/// lines held back before it; `push` queues a line and says whether it
+/// was taken (a line it refuses counts as suppressed).
+fn admit_line(
+    lim: &mut Limiter,
+    now: Instant,
+    tag: char,
+    args: std::fmt::Arguments<'_>,
+    mut push: impl FnMut(String) -> bool,
+) {
+    let (ok, held) = lim.admit(now);
     if !ok {
         return;
     }
-    if held > 0 && !push(s, format!("W: {held} log lines suppressed\n")) {
+    if held > 0 && !push(format!("W: {held} log lines suppressed\n")) {
         lim.lost();
     }
-    if !push(s, format!("{tag}: {args}\n")) {
+    if !push(format!("{tag}: {args}\n")) {
         lim.lost();
     }
 }
 
 /// Wait (at most `limit`) until the writer thread has written every line.
 pub fn flush(limit: Duration) {
+    wait_drained(&QUEUED, limit, || {
+        std::thread::sleep(Duration::from_millis(2))
+    });
+}
+
+/// Call `nap` until `queued` is zero or `limit` has passed.
+fn wait_drained(queued: &AtomicUsize, limit: Duration, mut nap: impl FnMut()) {
     let end = Instant::now() + limit;
-    while QUEUED.load(Ordering::SeqCst) > 0 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(2));
+    while queued.load(Ordering::SeqCst) > 0 && Instant::now() < end {
+        nap();
     }
 }
 
@@ -221,6 +241,62 @@ mod tests {
         let mut l = Limiter::new(t, 10.0, 3.0);
         let later = t + Duration::from_secs(3600);
         assert_eq!((0..10).filter(|_| l.admit(later).0).count(), 3);
+    }
+
+    #[test]
+    fn held_back_lines_are_reported_before_the_next_line() {
+        let t = Instant::now();
+        let mut l = Limiter::new(t, 10.0, 1.0);
+        let mut out = Vec::new();
+        let mut take = |line: String| {
+            out.push(line);
+            true
+        };
+        admit_line(&mut l, t, 'I', format_args!("first"), &mut take);
+        admit_line(&mut l, t, 'I', format_args!("held"), &mut take);
+        admit_line(&mut l, t, 'I', format_args!("held"), &mut take);
+        admit_line(
+            &mut l,
+            t + Duration::from_secs(1),
+            'E',
+            format_args!("x"),
+            &mut take,
+        );
+        assert_eq!(
+            out,
+            ["I: first\n", "W: 2 log lines suppressed\n", "E: x\n"],
+            "the report comes once, before the line that follows the flood"
+        );
+    }
+
+    #[test]
+    fn lines_the_queue_refuses_are_counted_as_suppressed() {
+        let t = Instant::now();
+        let mut l = Limiter::new(t, 10.0, 5.0);
+        admit_line(&mut l, t, 'W', format_args!("lost"), |_| false);
+        let mut out = Vec::new();
+        admit_line(&mut l, t, 'I', format_args!("kept"), |line| {
+            out.push(line);
+            true
+        });
+        assert_eq!(out, ["W: 1 log lines suppressed\n", "I: kept\n"]);
+    }
+
+    #[test]
+    fn flush_returns_at_once_when_nothing_is_queued() {
+        let queued = AtomicUsize::new(0);
+        wait_drained(&queued, Duration::from_secs(3600), || {
+            panic!("waited with an empty queue")
+        });
+        // Lines queued: it waits until the writer has taken them.
+        let queued = AtomicUsize::new(3);
+        let mut naps = 0;
+        wait_drained(&queued, Duration::from_secs(3600), || {
+            naps += 1;
+            queued.fetch_sub(1, Ordering::SeqCst);
+        });
+        assert_eq!(naps, 3);
+        assert_eq!(queued.load(Ordering::SeqCst), 0);
     }
 
     #[test]

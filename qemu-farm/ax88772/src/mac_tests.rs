@@ -135,6 +135,22 @@ fn short_data_stage_stalls() {
 }
 
 #[test]
+fn data_beyond_wlength_does_not_count() {
+    let (mut m, mut p) = setup();
+    // Six bytes delivered, but the request announces only three.
+    let s = Setup {
+        requesttype: 0x40,
+        request: cmd::WRITE_NODE_ID,
+        value: 0,
+        index: 0,
+        length: 3,
+    };
+    let r = m.vendor(&mut p, &s, &[1, 2, 3, 4, 5, 6], &mut Effects::default());
+    assert_eq!(r, Reply::Stall);
+    assert_eq!(m.node_id, MAC);
+}
+
+#[test]
 fn unknown_vendor_requests_stall() {
     let (mut m, mut p) = setup();
     assert_eq!(rd(&mut m, &mut p, 0x55, 0, 0, 4), Reply::Stall);

@@ -150,6 +150,36 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_write_is_reported_with_its_cause() {
+        let path = Path::new("/dev/full");
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        let mut p = Pcap::new(f, path).unwrap();
+        // Records are accepted until the writer's buffer reaches the file
+        // and the write fails; from then on the caller learns why.
+        let mut cause = None;
+        let mut stopped = 0;
+        for _ in 0..100_000 {
+            match p.write(&[0u8; 1514]) {
+                // Queued, or dropped while the writer is not keeping up.
+                Ok(()) if p.dropped == 0 => {}
+                Ok(()) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) if e.raw_os_error().is_some() => {
+                    cause = Some(e);
+                    break;
+                }
+                // The writer stopped, and its result is still on the way.
+                Err(_) if stopped < 5_000 => {
+                    stopped += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("the cause never came: {e}"),
+            }
+        }
+        let e = cause.expect("the write error reached the caller");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    }
+
+    #[test]
     fn a_file_nobody_drains_never_blocks_the_caller() {
         let dir = dir("fifo");
         let fifo = dir.join("f");

@@ -88,6 +88,22 @@ struct CtlClient {
     closed: bool,
 }
 
+impl CtlClient {
+    /// What to wait for on this client's socket.
+    fn events(&self) -> libc::c_short {
+        // Requests already read but not answered (replies were piling
+        // up): wake when the client can take more.
+        let work = !self.out.is_empty() || self.inbuf.contains(&b'\n');
+        let out = if work { libc::POLLOUT } else { 0 };
+        let inp = if self.eof || self.out.len() >= CTL_OUT_HIGH {
+            0
+        } else {
+            libc::POLLIN
+        };
+        inp | out
+    }
+}
+
 pub struct Server {
     dev: Device,
     codec: Codec,
@@ -440,33 +456,28 @@ impl Server {
             _ => None,
         };
         let wire_room = self.dev.rx_room() && self.usb_out.len() < USB_OUT_HIGH;
-        let wire_i = self.wire.fd().map(|fd| {
-            let inp = if wire_room { libc::POLLIN } else { 0 };
-            let out = if self.wire.wants_write() {
+        let wire_fd = self.wire.fd();
+        let wire_events = if wire_room { libc::POLLIN } else { 0 }
+            | if self.wire.wants_write() {
                 libc::POLLOUT
             } else {
                 0
             };
-            add(fd, inp | out)
-        });
+        // A socket with nothing asked of it is left out: a peer that hung
+        // up would report POLLHUP on every turn while the guest is not
+        // reading, and the loop would spin until it does.
+        let wire_i = wire_fd
+            .filter(|_| wire_events != 0)
+            .map(|fd| add(fd, wire_events));
         let ctl_i = match &self.ctl_listener {
             Some((l, _)) if accepting => Some(add(l.as_raw_fd(), libc::POLLIN)),
             _ => None,
         };
         let client_base = fds.len();
         for c in &self.ctl_clients {
-            // Requests already read but not answered (replies were piling
-            // up): wake when the client can take more.
-            let work = !c.out.is_empty() || c.inbuf.contains(&b'\n');
-            let out = if work { libc::POLLOUT } else { 0 };
-            let inp = if c.eof || c.out.len() >= CTL_OUT_HIGH {
-                0
-            } else {
-                libc::POLLIN
-            };
             fds.push(libc::pollfd {
                 fd: c.s.as_raw_fd(),
-                events: inp | out,
+                events: c.events(),
                 revents: 0,
             });
         }
@@ -523,7 +534,7 @@ impl Server {
                 }
             }
         }
-        if wire_i.is_none() || (wire_room && ready(wire_i, libc::POLLIN | hup)) {
+        if wire_fd.is_none() || (wire_room && ready(wire_i, libc::POLLIN | hup)) {
             self.read_wire();
         }
         if ready(wire_i, libc::POLLOUT) {
@@ -821,6 +832,223 @@ pub fn poll_timeout(d: Duration) -> libc::timespec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::addr::WireSpec;
+    use crate::descriptors::Variant;
+    use crate::device::{Counters, DeviceConfig};
+    use crate::wire::mock;
+    use std::sync::{Arc, Mutex};
+
+    const MAC: [u8; 6] = [0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc];
+
+    fn device() -> Device {
+        Device::new(DeviceConfig::new(Variant::Ax88772a, MAC), Instant::now())
+    }
+
+    fn server(wire: Box<dyn Wire>, role: UsbRole, ctl: Option<PathBuf>) -> Server {
+        Server::new(device(), wire, role, OnDisconnect::Exit, ctl).unwrap()
+    }
+
+    fn mock_wire() -> Box<dyn Wire> {
+        Box::new(mock::pair().0)
+    }
+
+    /// A fresh private directory for sockets.
+    fn tmpdir(name: &str) -> PathBuf {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = std::env::temp_dir().join(format!("ax-server-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+        d
+    }
+
+    /// Frames the device took from the wire, whatever became of them.
+    fn rx_seen(c: &Counters) -> u64 {
+        c.rx_frames
+            + c.rx_dropped_no_link
+            + c.rx_dropped_gated
+            + c.rx_filtered
+            + c.rx_length_errors
+            + c.rx_overflow
+            + c.rx_too_big_for_request
+            + c.impair_dropped
+    }
+
+    /// A server with a control socket and one client accepted on it.
+    fn ctl_rig(name: &str) -> (Server, UnixStream, PathBuf) {
+        let dir = tmpdir(name);
+        let path = dir.join("ctl.sock");
+        let mut s = server(mock_wire(), UsbRole::Connected, Some(path.clone()));
+        let c = UnixStream::connect(&path).unwrap();
+        for _ in 0..1000 {
+            s.step().unwrap();
+            if !s.ctl_clients.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(s.ctl_clients.len(), 1, "the client was accepted");
+        (s, c, dir)
+    }
+
+    /// Send `req` and run the loop until a whole reply line is back.
+    fn exchange(s: &mut Server, c: &mut UnixStream, req: &[u8]) -> String {
+        c.set_nonblocking(false).unwrap();
+        c.write_all(req).unwrap();
+        c.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        for _ in 0..10_000 {
+            s.step().unwrap();
+            while let Ok(n) = c.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            if got.contains(&b'\n') {
+                return String::from_utf8(got).unwrap();
+            }
+        }
+        panic!("no reply to the request");
+    }
+
+    /// `{"cmd":"ping"}` padded with spaces to `len` bytes, then a newline.
+    fn ping_of_length(len: usize) -> Vec<u8> {
+        let mut line = br#"{"cmd":"ping"}"#.to_vec();
+        line.resize(len, b' ');
+        line.push(b'\n');
+        line
+    }
+
+    #[test]
+    fn output_for_qemu_is_counted_until_written() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut s = server(mock_wire(), UsbRole::Connected, None);
+        s.attach(Conn::Unix(a));
+        let hello = s.usb_backlog();
+        assert!(hello > 0, "the hello waits to be written");
+        let now = s.now();
+        s.prepare(now);
+        assert_eq!(s.usb_backlog(), 0, "written out");
+        b.set_nonblocking(true).unwrap();
+        let mut buf = vec![0u8; 65536];
+        assert_eq!(b.read(&mut buf).unwrap(), hello);
+    }
+
+    #[test]
+    fn connecting_retries_quietly_until_the_timeout() {
+        let dir = tmpdir("connect");
+        let addr = SockAddr::Unix(dir.join("nobody.sock"));
+        let mut s = server(mock_wire(), UsbRole::Connect(addr), None);
+        s.set_connect_timeout(Duration::from_secs(30));
+        let clock = Arc::new(Mutex::new(s.started));
+        let c = clock.clone();
+        s.set_clock(Box::new(move || *c.lock().unwrap()));
+        // Nobody listens yet: try again later, within the timeout.
+        s.step().unwrap();
+        *clock.lock().unwrap() = s.started + Duration::from_secs(29);
+        s.step().unwrap();
+        *clock.lock().unwrap() = s.started + Duration::from_secs(31);
+        assert!(matches!(s.step(), Err(ServerError::ConnectTimeout { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_wire_waits_while_qemu_does_not_read() {
+        let dir = tmpdir("backpressure");
+        let path = dir.join("wire.sock");
+        let wire =
+            crate::wire::open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
+        let (a, _qemu) = UnixStream::pair().unwrap();
+        let mut s = server(wire, UsbRole::Connected, None);
+        s.attach(Conn::Unix(a));
+        let mut peer = UnixStream::connect(&path).unwrap();
+        // The wire takes its peer while there is room.
+        s.step().unwrap();
+        assert!(s.dev.rx_room());
+        // QEMU stops reading, and output piles up past the high-water mark.
+        s.usb_out.resize(4 * USB_OUT_HIGH, 0);
+        // A frame arrives, and the peer hangs up (the socket polls as
+        // POLLHUP whatever is asked for).
+        let mut f = 60u32.to_be_bytes().to_vec();
+        f.extend([0xffu8; 60]);
+        peer.write_all(&f).unwrap();
+        drop(peer);
+        for _ in 0..3 {
+            s.step().unwrap();
+            assert!(s.usb_backlog() >= USB_OUT_HIGH);
+        }
+        assert_eq!(rx_seen(s.dev.counters()), 0, "the frame waits on the wire");
+        // QEMU catches up: the frame is read.
+        s.usb_out.clear();
+        for _ in 0..100 {
+            s.step().unwrap();
+            if rx_seen(s.dev.counters()) > 0 {
+                break;
+            }
+        }
+        assert_eq!(rx_seen(s.dev.counters()), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn control_clients_are_not_read_at_eof_or_with_replies_piling_up() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut c = CtlClient {
+            s: a,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            discarding: false,
+            eof: false,
+            closed: false,
+        };
+        assert_eq!(c.events(), libc::POLLIN);
+        c.out = b"{}\n".to_vec();
+        assert_eq!(c.events(), libc::POLLIN | libc::POLLOUT);
+        c.eof = true;
+        assert_eq!(c.events(), libc::POLLOUT, "nothing more to read at eof");
+        c.eof = false;
+        c.out = vec![b' '; CTL_OUT_HIGH];
+        assert_eq!(c.events(), libc::POLLOUT, "replies pile up: read no more");
+        c.out.clear();
+        c.inbuf = b"{}\n".to_vec();
+        assert_eq!(c.events(), libc::POLLIN | libc::POLLOUT);
+    }
+
+    #[test]
+    fn a_request_of_exactly_the_longest_length_is_answered() {
+        let (mut s, mut c, dir) = ctl_rig("maxline");
+        let reply = exchange(&mut s, &mut c, &ping_of_length(ctl::MAX_LINE));
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+        let reply = exchange(&mut s, &mut c, &ping_of_length(ctl::MAX_LINE + 1));
+        assert!(reply.contains("request longer than"), "{reply}");
+        // The client is still served.
+        let reply = exchange(&mut s, &mut c, &ping_of_length(20));
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_client_that_hangs_up_before_its_reply_is_let_go() {
+        let (mut s, mut c, dir) = ctl_rig("hangup");
+        c.write_all(b"{\"cmd\":\"ping\"}\n").unwrap();
+        drop(c);
+        // Its reply cannot be written (EPIPE): the client is dropped.
+        for _ in 0..100 {
+            s.step().unwrap();
+            if s.ctl_clients.is_empty() {
+                break;
+            }
+        }
+        assert!(s.ctl_clients.is_empty());
+        // And the loop serves others.
+        let path = dir.join("ctl.sock");
+        let mut c2 = UnixStream::connect(&path).unwrap();
+        let reply = exchange(&mut s, &mut c2, b"{\"cmd\":\"ping\"}\n");
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn nanos(ts: libc::timespec) -> i64 {
         ts.tv_sec * 1_000_000_000 + ts.tv_nsec

@@ -613,6 +613,91 @@ mod tests {
         assert!(!dgram.wants_write());
     }
 
+    fn listening(name: &str) -> (StreamWire, std::path::PathBuf) {
+        let path = tmp(name);
+        let l = Listener::bind(&SockAddr::Unix(path.clone())).unwrap();
+        (StreamWire::new(None, Some(l)), path)
+    }
+
+    #[test]
+    fn a_listener_with_nobody_waiting_has_nothing_to_accept() {
+        let path = tmp("idle-listen.sock");
+        let l = Listener::bind(&SockAddr::Unix(path.clone())).unwrap();
+        assert!(l.accept().unwrap().is_none());
+        let _peer = UnixStream::connect(&path).unwrap();
+        assert!(l.accept().unwrap().is_some());
+        assert!(l.accept().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_connecting_wire_connects_on_its_first_turn() {
+        let path = tmp("connect.sock");
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let mut w = StreamWire::new(Some(SockAddr::Unix(path.clone())), None);
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(w.recv().unwrap(), None);
+        let (mut peer, _) = l.accept().expect("the wire connected");
+        w.send(&[5, 6]);
+        let mut out = [0u8; 6];
+        peer.read_exact(&mut out).unwrap();
+        assert_eq!(out, [0, 0, 0, 2, 5, 6]);
+        assert_eq!(w.dropped, 0);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_quiet_peer_stays_connected() {
+        let (mut w, path) = listening("quiet.sock");
+        let mut peer = UnixStream::connect(&path).unwrap();
+        // Accepted, and nothing to read yet.
+        assert_eq!(w.recv().unwrap(), None);
+        assert_eq!(w.recv().unwrap(), None);
+        peer.write_all(&[0, 0, 0, 1, 42]).unwrap();
+        assert_eq!(w.recv().unwrap(), Some(vec![42]));
+    }
+
+    #[test]
+    fn frames_without_a_peer_are_counted_as_dropped() {
+        let (mut w, _path) = listening("nopeer.sock");
+        w.send(&[1, 2, 3]);
+        w.send(&[4]);
+        assert_eq!(w.dropped, 2);
+        assert!(!w.wants_write());
+    }
+
+    #[test]
+    fn a_peer_that_went_away_is_let_go_when_sending() {
+        let (mut w, path) = listening("gone.sock");
+        let peer = UnixStream::connect(&path).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        drop(peer);
+        // The write fails (EPIPE): the connection is dropped, not retried.
+        w.send(&[1, 2, 3]);
+        assert!(w.conn.is_none());
+        assert!(!w.wants_write());
+        w.send(&[4]);
+        assert_eq!(w.dropped, 1, "no peer any more");
+    }
+
+    #[test]
+    fn dgram_receive_errors_reach_the_caller() {
+        let (a, b) = (tmp("ea.sock"), tmp("eb.sock"));
+        let mut w =
+            DgramWire::bind(&SockAddr::Unix(a.clone()), &SockAddr::Unix(b.clone())).unwrap();
+        // Put a file where the socket was: recv(2) fails with ENOTSOCK.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let fd = w.fd().unwrap();
+        // SAFETY: both descriptors are open; `fd` stays owned by the wire,
+        // which closes it (now the file) when dropped.
+        assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
+        let e = w.recv().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTSOCK), "{e}");
+        drop(w);
+        let _ = std::fs::remove_file(&a);
+    }
+
     #[test]
     fn implausible_stream_length_drops_the_connection() {
         let path = tmp("bad.sock");
