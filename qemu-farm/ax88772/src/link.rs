@@ -374,10 +374,6 @@ impl Link {
         self.last.state
     }
 
-    pub fn link_up(&self) -> bool {
-        self.last.state == PhyState::LinkUp
-    }
-
     /// When the state machine next changes by itself (autoneg finishing).
     pub fn next_event(&self) -> Option<Instant> {
         (self.last.state == PhyState::Autoneg && self.an_done_at > self.now)

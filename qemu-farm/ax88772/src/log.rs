@@ -300,6 +300,16 @@ mod tests {
     }
 
     #[test]
+    fn the_level_set_is_the_level_read() {
+        // Only this test changes the level: the others log at the default.
+        let was = level();
+        set_level(2);
+        assert_eq!(level(), 2);
+        set_level(was);
+        assert_eq!(level(), was);
+    }
+
+    #[test]
     fn hex_dumps_are_capped() {
         assert_eq!(hex(&[1, 0xab]), "01 ab");
         let h = hex(&[0u8; 4096]);

@@ -694,6 +694,17 @@ fn replug_disconnects_then_connects_after_the_down_time() {
         ctl(&mut t, r#"{"cmd":"usb","action":"plug","down_ms":3}"#)["ok"],
         false
     );
+    // Ten minutes down at most: beyond it the request is refused.
+    let r = ctl(
+        &mut t,
+        r#"{"cmd":"usb","action":"replug","down_ms":600001}"#,
+    );
+    assert_eq!(r["ok"], false, "{r}");
+    let r = ctl(
+        &mut t,
+        r#"{"cmd":"usb","action":"replug","down_ms":600000}"#,
+    );
+    assert_eq!(r["ok"], true, "{r}");
 }
 
 #[test]
