@@ -699,6 +699,19 @@ mod tests {
     }
 
     #[test]
+    fn dgram_frames_toward_an_absent_peer_are_counted_as_dropped() {
+        let (a, b) = (tmp("da.sock"), tmp("db.sock"));
+        let mut w =
+            DgramWire::bind(&SockAddr::Unix(a.clone()), &SockAddr::Unix(b.clone())).unwrap();
+        // Nobody is bound at `b`: each send fails and is counted, once each.
+        w.send(&[1, 2, 3]);
+        w.send(&[4]);
+        assert_eq!(w.dropped, 2);
+        drop(w);
+        let _ = std::fs::remove_file(&a);
+    }
+
+    #[test]
     fn implausible_stream_length_drops_the_connection() {
         let path = tmp("bad.sock");
         let mut w = open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
