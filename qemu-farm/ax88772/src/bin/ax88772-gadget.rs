@@ -74,7 +74,14 @@ const COALESCE: usize = 16 * 1024;
 const OUT_READ: usize = 32 * 1024;
 
 macro_rules! say {
-    ($($a:tt)*) => { eprintln!("ax88772-gadget: {}", format_args!($($a)*)) };
+    ($($a:tt)*) => { say_line(format_args!($($a)*)) };
+}
+
+/// One line on stderr (in unit tests, also kept in the thread's log).
+fn say_line(a: std::fmt::Arguments) {
+    #[cfg(test)]
+    tests::said(&a);
+    eprintln!("ax88772-gadget: {a}");
 }
 
 /// The connection to the model: one codec, one writer, ids handed out here.
@@ -210,13 +217,24 @@ fn readable(c: &Conn, timeout: Duration) -> Result<bool> {
 
 /// The virtio-serial port named `name` (/dev/vportNpM, found through sysfs).
 fn open_port(name: &str, timeout: Duration) -> Result<File> {
+    open_port_in(
+        Path::new("/sys/class/virtio-ports"),
+        Path::new("/dev"),
+        name,
+        timeout,
+    )
+}
+
+/// [`open_port`], with the sysfs class directory `ports` and the device
+/// directory `dev` given.
+fn open_port_in(ports: &Path, dev: &Path, name: &str, timeout: Duration) -> Result<File> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Ok(dir) = std::fs::read_dir("/sys/class/virtio-ports") {
+        if let Ok(dir) = std::fs::read_dir(ports) {
             for e in dir.flatten() {
                 let n = std::fs::read_to_string(e.path().join("name")).unwrap_or_default();
                 if n.trim() == name {
-                    let dev = Path::new("/dev").join(e.file_name());
+                    let dev = dev.join(e.file_name());
                     return OpenOptions::new()
                         .read(true)
                         .write(true)
@@ -226,24 +244,29 @@ fn open_port(name: &str, timeout: Duration) -> Result<File> {
             }
         }
         if Instant::now() > deadline {
-            bail!("no virtio-serial port named {name} in /sys/class/virtio-ports");
+            bail!("no virtio-serial port named {name} in {}", ports.display());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 fn connect(addr: &str, timeout: Duration) -> Result<Conn> {
+    connect_by(addr, timeout, Instant::now)
+}
+
+/// [`connect`], reading the time from `now`.
+fn connect_by(addr: &str, timeout: Duration, now: impl Fn() -> Instant) -> Result<Conn> {
     if let Some(name) = addr.strip_prefix("port:") {
         return Ok(Conn::Port(open_port(name, timeout)?));
     }
-    let deadline = Instant::now() + timeout;
+    let deadline = now() + timeout;
     loop {
         match TcpStream::connect(addr) {
             Ok(s) => {
                 s.set_nodelay(true)?;
                 return Ok(Conn::Tcp(s));
             }
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            Err(_) if now() < deadline => std::thread::sleep(Duration::from_millis(200)),
             Err(e) => bail!("cannot connect to the model at {addr}: {e}"),
         }
     }
@@ -424,16 +447,17 @@ fn mount_ffs(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn first_udc() -> Result<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/sys/class/udc")
-        .context("reading /sys/class/udc (no USB device controller?)")?
+/// The first USB device controller (by name) in `class`, /sys/class/udc.
+fn first_udc(class: &Path) -> Result<String> {
+    let mut names: Vec<String> = std::fs::read_dir(class)
+        .with_context(|| format!("reading {} (no USB device controller?)", class.display()))?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect();
     names.sort();
     names
         .into_iter()
         .next()
-        .context("no USB device controller in /sys/class/udc")
+        .with_context(|| format!("no USB device controller in {}", class.display()))
 }
 
 /// What the reader thread hands each endpoint's pump.
@@ -497,34 +521,39 @@ fn reader(
             }
         }
         for p in packets {
-            match p.msg {
-                Message::ControlPacket(_) => {
-                    let _ = ctrl.send(p);
-                }
-                Message::BulkPacket(b) => {
-                    if let Some(t) = pumps.get(&b.endpoint) {
-                        let _ = t.send(ToPump::Bulk(b));
-                    }
-                }
-                Message::InterruptPacket(i) => {
-                    // A host that does not poll loses status, as with the chip.
-                    if let Some(t) = pumps.get(&i.endpoint) {
-                        let _ = t.try_send(ToPump::Interrupt(i));
-                    }
-                }
-                Message::DeviceDisconnect => {
-                    say!("I: the model unplugged the device");
-                    sh.plugged.store(false, Ordering::SeqCst);
-                    let _ = sh.link.send(Message::DeviceDisconnectAck);
-                    sh.bind(false);
-                }
-                Message::DeviceConnect(_) if !sh.plugged.swap(true, Ordering::SeqCst) => {
-                    say!("I: the model plugged the device in");
-                    sh.bind(true);
-                }
-                _ => {}
+            route(&sh, &ctrl, &pumps, p);
+        }
+    }
+}
+
+/// Hand one packet from the model to whoever waits for it.
+fn route(sh: &Shared, ctrl: &Sender<Packet>, pumps: &HashMap<u8, SyncSender<ToPump>>, p: Packet) {
+    match p.msg {
+        Message::ControlPacket(_) => {
+            let _ = ctrl.send(p);
+        }
+        Message::BulkPacket(b) => {
+            if let Some(t) = pumps.get(&b.endpoint) {
+                let _ = t.send(ToPump::Bulk(b));
             }
         }
+        Message::InterruptPacket(i) => {
+            // A host that does not poll loses status, as with the chip.
+            if let Some(t) = pumps.get(&i.endpoint) {
+                let _ = t.try_send(ToPump::Interrupt(i));
+            }
+        }
+        Message::DeviceDisconnect => {
+            say!("I: the model unplugged the device");
+            sh.plugged.store(false, Ordering::SeqCst);
+            let _ = sh.link.send(Message::DeviceDisconnectAck);
+            sh.bind(false);
+        }
+        Message::DeviceConnect(_) if !sh.plugged.swap(true, Ordering::SeqCst) => {
+            say!("I: the model plugged the device in");
+            sh.bind(true);
+        }
+        _ => {}
     }
 }
 
@@ -738,7 +767,7 @@ mod aio {
 
     pub struct Ctx(libc::c_ulong);
 
-    fn check(r: libc::c_long) -> io::Result<usize> {
+    pub(super) fn check(r: libc::c_long) -> io::Result<usize> {
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -914,7 +943,7 @@ fn run(args: Args) -> Result<()> {
     let descriptors = gadget::descriptors(&id.iface, &eps)?;
     let udc = match &args.udc {
         Some(u) => u.clone(),
-        None => first_udc()?,
+        None => first_udc(Path::new("/sys/class/udc"))?,
     };
     let g = make_gadget(&args, &id)?;
     mount_ffs(&args.ffs)?;
@@ -1021,3 +1050,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+// The tests drive the gadget's transport with socketpairs, pipes, files
+// and a temporary configfs tree in place of FunctionFS and /sys.
+#[cfg(test)]
+#[path = "ax88772-gadget/tests.rs"]
+mod tests;
