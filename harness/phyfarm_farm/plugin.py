@@ -7,7 +7,8 @@ with one emulated adapter for one test and always tears both down;
 `farm_env` holds what a worker shares (kernels, guest image, emulator,
 accelerator); `measure` records a measurement with its unit. Every farm test
 gets a KCIDB status (PASS/FAIL/ERROR/MISS/SKIP) in <results-dir>/results.json,
-its console, emulator log and wire pcap in <results-dir>/logs/<test>/.
+its console, emulator log and wire pcap (headers: the first PCAP_SNAPLEN
+bytes of each frame) in <results-dir>/logs/<test>/.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ REPO = Path(__file__).resolve().parents[2]
 #: other skip is missing infrastructure (MISS).
 NOT_APPLICABLE = "not applicable:"
 VARIANTS = ("rust", "c")
+# Bytes of each frame the wire pcap keeps: Ethernet, IP and TCP headers with
+# options. Whole frames made a throughput check's capture 250 MB a run.
+PCAP_SNAPLEN = 128
 #: The product's checks. PHYFARM_FARM_DIR points elsewhere only for the
 #: harness's own tests.
 FARM_DIR = Path(os.environ.get("PHYFARM_FARM_DIR") or REPO / "pytest-tests" / "farm")
@@ -598,7 +602,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
         emu.start(timeout=30)
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
-        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
+        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"), snaplen=PCAP_SNAPLEN)
         usb = ("unix", emu.usb_sock)
         wire = (emu.partner_wire, emu.emu_wire)
     elif env.device == GADGET and spec.usb:
@@ -606,7 +610,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
         emu.start(timeout=30)
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
-        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"))
+        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"), snaplen=PCAP_SNAPLEN)
         exporter = Exporter(env.exporter_kernel(), env.guest_image, env.accel, logdir, emu.usb_sock)
         user = qemu_user()
         if user is not None:

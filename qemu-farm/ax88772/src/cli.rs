@@ -299,6 +299,24 @@ mod tests {
     }
 
     #[test]
+    fn a_mac_has_six_hex_bytes() {
+        assert_eq!(
+            parse_mac("02:00:00:aa:bb:0c"),
+            Ok([2, 0, 0, 0xaa, 0xbb, 0x0c])
+        );
+        for bad in ["02:00:00:aa:bb", "02:00:00:aa:bb:cc:dd", ""] {
+            assert!(
+                parse_mac(bad).unwrap_err().contains("is not XX:XX"),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_mac("02:00:00:aa:bb:zz").unwrap_err(),
+            "'zz' is not a hex byte"
+        );
+    }
+
+    #[test]
     fn phy_id_and_log_level_options() {
         let parse = |extra: &[&str]| {
             let mut v = vec!["ax88772-emu", "--listen", "unix:usb.sock"];

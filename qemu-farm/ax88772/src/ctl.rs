@@ -17,6 +17,7 @@ use crate::device::Device;
 use crate::faults::{MdioOp, MdioRule};
 use crate::impair::{Direction, ImpairConfig};
 use crate::log_w;
+use crate::pcap;
 use crate::phy::{Cable, CableState, LinkMode};
 
 /// Longest accepted request line.
@@ -70,6 +71,8 @@ pub enum Request {
     Pcap {
         action: PcapAction,
         path: Option<PathBuf>,
+        /// Bytes kept of each frame [default: all].
+        snaplen: Option<u32>,
     },
     Phy,
     Describe,
@@ -361,16 +364,27 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
         Request::Pcap {
             action: PcapAction::Start,
             path: Some(p),
-        } => match env.create_capture(&p) {
-            Ok((file, full)) => match dev.pcap_start_file(file, &full) {
-                Ok(()) => ok(json!({ "pcap": full })),
-                Err(e) => err(format!("pcap {}: {e}", full.display())),
-            },
-            Err(e) => err(format!("pcap: {e}")),
-        },
+            snaplen,
+        } => {
+            let snaplen = snaplen.unwrap_or(pcap::SNAPLEN_MAX);
+            if !(1..=pcap::SNAPLEN_MAX).contains(&snaplen) {
+                return err(format!(
+                    "snaplen {snaplen} must be 1..={}",
+                    pcap::SNAPLEN_MAX
+                ));
+            }
+            match env.create_capture(&p) {
+                Ok((file, full)) => match dev.pcap_start_file(file, &full, snaplen) {
+                    Ok(()) => ok(json!({ "pcap": full, "snaplen": snaplen })),
+                    Err(e) => err(format!("pcap {}: {e}", full.display())),
+                },
+                Err(e) => err(format!("pcap: {e}")),
+            }
+        }
         Request::Pcap {
             action: PcapAction::Start,
             path: None,
+            ..
         } => err("pcap start needs a path"),
         Request::Pcap {
             action: PcapAction::Stop,
@@ -437,6 +451,40 @@ mod tests {
 
     fn ask(d: &mut Device, t: Instant, line: &str) -> Value {
         serde_json::from_str(&handle_line(d, t, line, &CtlEnv::bare(json!({})))).unwrap()
+    }
+
+    #[test]
+    fn clearing_the_mdio_faults_takes_no_rule_fields() {
+        let (mut d, t) = dev();
+        for f in [
+            r#""op":"read""#,
+            r#""regs":[1]"#,
+            r#""count":1"#,
+            r#""probability":0.5"#,
+        ] {
+            let line = format!(r#"{{"cmd":"mdio_fault","clear":true,{f}}}"#);
+            let r = ask(&mut d, t, &line);
+            assert_eq!(r["ok"], false, "{line}: {r}");
+            assert_eq!(r["error"], "clear takes no rule fields", "{line}");
+        }
+        let r = ask(&mut d, t, r#"{"cmd":"mdio_fault","clear":true}"#);
+        assert_eq!(r["ok"], true, "{r}");
+    }
+
+    #[test]
+    fn a_cable_fault_at_a_negative_distance_is_refused() {
+        let (mut d, t) = dev();
+        let r = ask(
+            &mut d,
+            t,
+            r#"{"cmd":"cable","state":"open","distance_m":-1.0}"#,
+        );
+        assert_eq!(r["ok"], false, "{r}");
+        assert!(
+            r["error"].as_str().unwrap().contains("distance_m -1"),
+            "{r}"
+        );
+        assert_eq!(d.phy_mut().snapshot().cable.state, CableState::Ok);
     }
 
     #[test]
@@ -546,6 +594,37 @@ mod tests {
         assert_eq!(r["pcap"], json!(dir.join("b.pcap")));
         ask_in(&mut d, t, &env, json!({"cmd":"pcap","action":"stop"}));
         assert!(dir.join("b.pcap").exists());
+        // Headers only: each frame cut to its snapshot length.
+        let r = ask_in(
+            &mut d,
+            t,
+            &env,
+            json!({"cmd":"pcap","action":"start","path":"c.pcap","snaplen":20}),
+        );
+        assert_eq!(r["snaplen"], 20, "{r}");
+        d.wire_frame(t, vec![0xff; 60]);
+        ask_in(&mut d, t, &env, json!({"cmd":"pcap","action":"stop"}));
+        assert_eq!(
+            std::fs::metadata(dir.join("c.pcap")).unwrap().len(),
+            24 + 16 + 20
+        );
+        for bad in [0, 65536] {
+            let r = ask_in(
+                &mut d,
+                t,
+                &env,
+                json!({"cmd":"pcap","action":"start","path":"d.pcap","snaplen":bad}),
+            );
+            assert_eq!(
+                r["error"],
+                format!("snaplen {bad} must be 1..=65535"),
+                "{r}"
+            );
+        }
+        assert!(
+            !dir.join("d.pcap").exists(),
+            "nothing created for a refused start"
+        );
         assert_eq!(
             ask(&mut d, t, r#"{"cmd":"pcap","action":"start"}"#)["ok"],
             false

@@ -193,6 +193,24 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_frame_passes_and_one_byte_more_is_dropped() {
+        let mut p = TxParser::default();
+        assert_eq!(p.push(&tx_transfer(&frame(MAX_FRAME))).frames.len(), 1);
+        let out = p.push(&tx_transfer(&frame(MAX_FRAME + 1)));
+        assert_eq!((out.frames.len(), out.oversized), (0, 1));
+    }
+
+    #[test]
+    fn a_reset_drops_half_a_frame() {
+        let t = tx_transfer(&frame(100));
+        let mut p = TxParser::default();
+        p.push(&t[..50]);
+        p.reset();
+        assert_eq!(p.pending(), 0);
+        assert_eq!(p.push(&t).frames, vec![frame(100)]);
+    }
+
+    #[test]
     fn wire_times() {
         assert_eq!(wire_time(1514, 100_000_000), Duration::from_nanos(123_040));
         assert_eq!(wire_time(10, 100_000_000), Duration::from_nanos(6_720));

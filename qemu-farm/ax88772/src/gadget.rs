@@ -301,6 +301,9 @@ mod tests {
         let d = descriptors::string_descriptor(descriptors::Variant::Ax88772a, 1, "").unwrap();
         assert_eq!(string_text(&d).as_deref(), Some("ASIX Elec. Corp."));
         assert_eq!(string_text(&[4, 2, 0, 0]), None);
+        assert_eq!(string_text(&[]), None);
+        assert_eq!(string_text(&[2]), None);
+        assert_eq!(string_text(&[2, 3]).as_deref(), Some(""));
         assert_eq!(configfs_text("a\nb/\u{7}c é"), "ab/c ");
         assert_eq!(configfs_text(&"x".repeat(300)).len(), 126);
         assert_eq!(strings().len(), 16);

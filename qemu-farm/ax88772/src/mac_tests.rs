@@ -90,6 +90,10 @@ fn hw_reset_sequence() {
     assert_eq!(r, Reply::Data(vec![0x06, 0x03]));
     assert!(m.rx_enabled());
     assert_eq!(m.line_rate(), 100_000_000);
+    // 10 Mbit/s: MEDIUM.PS clear (the other bits as the driver leaves them).
+    wr(&mut m, &mut p, cmd::WRITE_MEDIUM_MODE, 0x0106, 0, &[]);
+    assert_eq!(m.line_rate(), 10_000_000);
+    assert!(m.rx_enabled());
 }
 
 #[test]
@@ -258,6 +262,15 @@ fn eeprom_writes_need_write_enable_and_stop_at_write_disable() {
     wr(&mut m, &mut p, cmd::WRITE_DISABLE, 0, 0, &[]);
     wr(&mut m, &mut p, cmd::WRITE_EEPROM, 0x20, 0x5678, &[]);
     assert_eq!(word(&mut m, &mut p, 0x20), Reply::Data(vec![0x34, 0x12]));
+    // A USB reset is a power-on of the MAC, not of its EEPROM.
+    m.reset();
+    assert_eq!(word(&mut m, &mut p, 0x20), Reply::Data(vec![0x34, 0x12]));
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 0x20, 0x5678, &[]);
+    assert_eq!(
+        word(&mut m, &mut p, 0x20),
+        Reply::Data(vec![0x34, 0x12]),
+        "write-protected again after the reset"
+    );
 }
 
 #[test]
@@ -276,5 +289,54 @@ fn monitor_mode_reads_back_and_qctctrl_is_accepted() {
     assert_eq!(
         wr(&mut m, &mut p, cmd::QCTCTRL, 0x8000, 0x8001, &[]),
         Reply::Done(0)
+    );
+}
+
+#[test]
+fn mdio_register_31_is_the_last_one_that_reaches_the_phy() {
+    let (mut m, mut p) = setup();
+    rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 31, 2);
+    wr(&mut m, &mut p, cmd::WRITE_MII_REG, 0x10, 31, &[0x01, 0x00]);
+    rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 32, 2);
+    wr(&mut m, &mut p, cmd::WRITE_MII_REG, 0x10, 32, &[0x01, 0x00]);
+    let s = p.snapshot();
+    assert_eq!(s.mdio_reads.get("0x1f"), Some(&1), "{:?}", s.mdio_reads);
+    assert_eq!(s.mdio_writes.get("0x1f"), Some(&1), "{:?}", s.mdio_writes);
+    assert_eq!(s.mdio_reads.len(), 1, "register 32 reached the PHY");
+    assert_eq!(s.mdio_writes.len(), 1, "register 32 reached the PHY");
+}
+
+#[test]
+fn sw_reset_flushes_only_the_queues_it_names() {
+    let (mut m, mut p) = setup();
+    let mut reset = |value: u16| {
+        let s = Setup {
+            requesttype: 0x40,
+            request: cmd::SW_RESET,
+            value,
+            index: 0,
+            length: 0,
+        };
+        let mut fx = Effects::default();
+        assert_eq!(m.vendor(&mut p, &s, &[], &mut fx), Reply::Done(0));
+        (fx.flush_rx, fx.flush_tx)
+    };
+    assert_eq!(reset(SW_RESET_IPRL), (false, false));
+    assert_eq!(reset(SW_RESET_IPRL | SW_RESET_RR), (true, false));
+    assert_eq!(reset(SW_RESET_IPRL | SW_RESET_RT), (false, true));
+}
+
+#[test]
+fn a_setup_packet_prints_as_usbmon_names_its_fields() {
+    let s = Setup {
+        requesttype: 0xc0,
+        request: cmd::READ_MII_REG,
+        value: 0x10,
+        index: 1,
+        length: 2,
+    };
+    assert_eq!(
+        s.to_string(),
+        "bmRequestType=0xc0 bRequest=0x07 wValue=0x0010 wIndex=0x0001 wLength=2"
     );
 }

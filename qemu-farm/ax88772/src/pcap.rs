@@ -13,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Records waiting for the writer thread.
 pub const QUEUE: usize = 4096;
+/// The longest snapshot length: every frame whole.
+pub const SNAPLEN_MAX: u32 = 65535;
 /// How long stopping a capture waits for the writer to finish.
 const FINISH_WAIT: Duration = Duration::from_secs(2);
 
@@ -24,23 +26,25 @@ pub struct Pcap {
     pub frames: u64,
     /// Records dropped because the writer fell behind.
     pub dropped: u64,
+    /// Bytes kept of each frame (the pcap header's snaplen).
+    snaplen: u32,
 }
 
-fn header() -> Vec<u8> {
+fn header(snaplen: u32) -> Vec<u8> {
     let mut h = Vec::with_capacity(24);
     h.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     h.extend_from_slice(&2u16.to_le_bytes());
     h.extend_from_slice(&4u16.to_le_bytes());
     h.extend_from_slice(&0i32.to_le_bytes());
     h.extend_from_slice(&0u32.to_le_bytes());
-    h.extend_from_slice(&65535u32.to_le_bytes());
+    h.extend_from_slice(&snaplen.to_le_bytes());
     h.extend_from_slice(&1u32.to_le_bytes());
     h
 }
 
-fn writer(file: File, rx: Receiver<Vec<u8>>) -> io::Result<u64> {
+fn writer(file: File, rx: Receiver<Vec<u8>>, snaplen: u32) -> io::Result<u64> {
     let mut out = BufWriter::new(file);
-    out.write_all(&header())?;
+    out.write_all(&header(snaplen))?;
     let mut n = 0;
     while let Ok(rec) = rx.recv() {
         out.write_all(&rec)?;
@@ -52,17 +56,19 @@ fn writer(file: File, rx: Receiver<Vec<u8>>) -> io::Result<u64> {
 
 impl Pcap {
     pub fn create(path: &Path) -> io::Result<Pcap> {
-        Pcap::new(File::create(path)?, path)
+        Pcap::new(File::create(path)?, path, SNAPLEN_MAX)
     }
 
-    /// Write a capture to an already opened file (`path` names it).
-    pub fn new(file: File, path: &Path) -> io::Result<Pcap> {
+    /// Write a capture to an already opened file (`path` names it),
+    /// keeping the first `snaplen` bytes of each frame (1..=[`SNAPLEN_MAX`]).
+    pub fn new(file: File, path: &Path, snaplen: u32) -> io::Result<Pcap> {
+        let snaplen = snaplen.clamp(1, SNAPLEN_MAX);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let (done_tx, done) = mpsc::channel();
         std::thread::Builder::new()
             .name("pcap".into())
             .spawn(move || {
-                let _ = done_tx.send(writer(file, rx));
+                let _ = done_tx.send(writer(file, rx, snaplen));
             })?;
         Ok(Pcap {
             path: path.to_path_buf(),
@@ -70,6 +76,7 @@ impl Pcap {
             done,
             frames: 0,
             dropped: 0,
+            snaplen,
         })
     }
 
@@ -83,12 +90,13 @@ impl Pcap {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let mut rec = Vec::with_capacity(16 + frame.len());
+        let kept = &frame[..frame.len().min(self.snaplen as usize)];
+        let mut rec = Vec::with_capacity(16 + kept.len());
         rec.extend_from_slice(&(t.as_secs() as u32).to_le_bytes());
         rec.extend_from_slice(&t.subsec_micros().to_le_bytes());
+        rec.extend_from_slice(&(kept.len() as u32).to_le_bytes());
         rec.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        rec.extend_from_slice(&(frame.len() as u32).to_le_bytes());
-        rec.extend_from_slice(frame);
+        rec.extend_from_slice(kept);
         let Some(tx) = &self.tx else {
             return Err(io::Error::other("capture finished"));
         };
@@ -143,6 +151,7 @@ mod tests {
         let b = std::fs::read(&path).unwrap();
         assert_eq!(b.len(), 24 + 16 + 3);
         assert_eq!(&b[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
+        assert_eq!(&b[16..20], &[0xff, 0xff, 0, 0], "every frame whole");
         assert_eq!(&b[20..24], &[1, 0, 0, 0]);
         assert_eq!(&b[32..36], &[3, 0, 0, 0]);
         assert_eq!(&b[40..], &[1, 2, 3]);
@@ -150,10 +159,28 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_length_keeps_the_head_of_each_frame_and_its_length() {
+        let dir = dir("snap");
+        let path = dir.join("t.pcap");
+        let mut p = Pcap::new(File::create(&path).unwrap(), &path, 4).unwrap();
+        p.write(&[1, 2, 3, 4, 5, 6]).unwrap();
+        p.write(&[7, 8]).unwrap();
+        assert_eq!(p.finish().unwrap(), 2);
+        let b = std::fs::read(&path).unwrap();
+        assert_eq!(&b[16..20], &[4, 0, 0, 0], "snaplen in the header");
+        let (first, second) = (&b[24..24 + 16 + 4], &b[24 + 16 + 4..]);
+        assert_eq!(&first[8..16], &[4, 0, 0, 0, 6, 0, 0, 0], "kept 4 of 6");
+        assert_eq!(&first[16..], &[1, 2, 3, 4]);
+        assert_eq!(&second[8..16], &[2, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(&second[16..], &[7, 8]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_failed_write_is_reported_with_its_cause() {
         let path = Path::new("/dev/full");
         let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-        let mut p = Pcap::new(f, path).unwrap();
+        let mut p = Pcap::new(f, path, SNAPLEN_MAX).unwrap();
         // Records are accepted until the writer's buffer reaches the file
         // and the write fails; from then on the caller learns why.
         let mut cause = None;
@@ -192,7 +219,7 @@ mod tests {
             .write(true)
             .open(&fifo)
             .unwrap();
-        let mut p = Pcap::new(f, &fifo).unwrap();
+        let mut p = Pcap::new(f, &fifo, SNAPLEN_MAX).unwrap();
         for _ in 0..3 * QUEUE {
             p.write(&[0u8; 1514]).unwrap();
         }

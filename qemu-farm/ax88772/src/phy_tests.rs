@@ -389,3 +389,50 @@ fn each_bmcr_write_that_starts_negotiation_does_so_alone() {
     p.write(reg::BMCR, 0x3900);
     assert!(restarts(&mut p, 0x3100), "power-up");
 }
+
+#[test]
+fn a_forced_mode_reads_back_as_written() {
+    let (mut p, _) = phy();
+    for forced in [0x2100, 0x0100, 0x0000] {
+        p.write(reg::BMCR, forced);
+        assert_eq!(p.read(reg::BMCR), forced, "BMCR {forced:#06x}");
+    }
+}
+
+#[test]
+fn a_power_on_reset_restores_what_the_driver_changed() {
+    let (mut p, _) = phy();
+    p.write(reg::BMCR, 0x4100);
+    p.write(reg::ADVERTISE, 0x0061);
+    p.set_held_in_reset(true);
+    p.write(reg::BMCR, 0x4100);
+    p.power_on_reset();
+    let s = p.snapshot();
+    assert!(!s.held_in_reset);
+    assert_eq!((s.bmcr, s.advertise), (0x3100, 0x01e1));
+}
+
+#[test]
+fn resetting_the_counters_forgets_every_register_access() {
+    let (mut p, _) = phy();
+    p.read(reg::BMSR);
+    p.write(reg::ADVERTISE, 0x01e1);
+    assert!(!p.snapshot().mdio_reads.is_empty());
+    p.reset_counters();
+    let s = p.snapshot();
+    assert!(s.mdio_reads.is_empty() && s.mdio_writes.is_empty(), "{s:?}");
+}
+
+#[test]
+fn every_link_up_after_a_drop_is_counted() {
+    let (mut p, _) = phy();
+    for n in 1..=3 {
+        p.set_carrier(false);
+        assert!(!p.link_up());
+        p.set_carrier(true);
+        p.write(reg::BMCR, 0x2100); // forced: up without waiting for autoneg
+        let s = p.snapshot();
+        assert!(s.link, "cycle {n}");
+        assert_eq!((s.link_ups, s.link_downs), (n, n), "cycle {n}");
+    }
+}

@@ -920,6 +920,15 @@ mod tests {
     }
 
     #[test]
+    fn only_emfile_and_enfile_mean_out_of_descriptors() {
+        assert!(out_of_fds(&io::Error::from_raw_os_error(libc::EMFILE)));
+        assert!(out_of_fds(&io::Error::from_raw_os_error(libc::ENFILE)));
+        assert!(!out_of_fds(&io::Error::from_raw_os_error(
+            libc::ECONNABORTED
+        )));
+    }
+
+    #[test]
     fn output_for_qemu_is_counted_until_written() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let mut s = server(mock_wire(), UsbRole::Connected, None);

@@ -29,9 +29,10 @@ pub trait Wire: Send {
     /// Push queued output.
     fn flush(&mut self) {}
     /// How often to call [`Wire::recv`] when there is no descriptor to
-    /// wait on (or a connect to retry); `None` when never needed.
+    /// wait on (or a connect to retry); `None` when never needed, as for a
+    /// wire that always has a descriptor.
     fn tick(&self) -> Option<Duration> {
-        self.fd().is_none().then_some(Duration::from_millis(100))
+        None
     }
     fn describe(&self) -> String;
 }
@@ -57,9 +58,6 @@ impl Wire for NoWire {
         Ok(None)
     }
     fn send(&mut self, _frame: &[u8]) {}
-    fn tick(&self) -> Option<Duration> {
-        None
-    }
     fn describe(&self) -> String {
         "none".into()
     }
@@ -700,7 +698,7 @@ mod tests {
 
     #[test]
     fn dgram_frames_toward_an_absent_peer_are_counted_as_dropped() {
-        let (a, b) = (tmp("da.sock"), tmp("db.sock"));
+        let (a, b) = (tmp("absent-a.sock"), tmp("absent-b.sock"));
         let mut w =
             DgramWire::bind(&SockAddr::Unix(a.clone()), &SockAddr::Unix(b.clone())).unwrap();
         // Nobody is bound at `b`: each send fails and is counted, once each.
@@ -709,6 +707,74 @@ mod tests {
         assert_eq!(w.dropped, 2);
         drop(w);
         let _ = std::fs::remove_file(&a);
+    }
+
+    #[test]
+    fn a_dgram_wire_is_polled_not_ticked_and_removes_its_socket() {
+        let (a, b) = (tmp("tick-a.sock"), tmp("tick-b.sock"));
+        let w = DgramWire::bind(&SockAddr::Unix(a.clone()), &SockAddr::Unix(b)).unwrap();
+        assert_eq!(w.tick(), None);
+        assert!(a.exists());
+        drop(w);
+        assert!(!a.exists(), "socket file removed");
+    }
+
+    #[test]
+    fn the_longest_stream_frame_is_taken() {
+        let (mut w, path) = listening("long.sock");
+        let mut peer = UnixStream::connect(&path).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        let mut bytes = 65536u32.to_be_bytes().to_vec();
+        bytes.extend(vec![7u8; 65536]);
+        let writer = std::thread::spawn(move || {
+            peer.write_all(&bytes).unwrap();
+            peer
+        });
+        let mut got = None;
+        for _ in 0..10_000 {
+            got = w.recv().unwrap();
+            if got.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let _peer = writer.join().unwrap();
+        assert_eq!(got.map(|f| f.len()), Some(65536));
+        assert!(w.conn.is_some(), "still connected");
+    }
+
+    #[test]
+    fn a_peer_that_does_not_read_gets_four_mib_queued_then_drops() {
+        let (mut w, path) = listening("slow.sock");
+        let mut peer = UnixStream::connect(&path).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        let frame = [0u8; 1500];
+        let mut sent = 0;
+        while w.dropped == 0 {
+            w.send(&frame);
+            sent += 1;
+            assert!(sent < 10_000, "never dropped");
+        }
+        assert!(w.wants_write(), "output waits for the socket");
+        assert!(
+            w.out.len() >= 4 << 20,
+            "dropped with {} queued",
+            w.out.len()
+        );
+        // The peer reads everything: the queue drains, nothing is asked.
+        peer.set_nonblocking(true).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0;
+        while w.wants_write() || total < (sent - 1) * 1504 {
+            w.flush();
+            match peer.read(&mut buf) {
+                Ok(n) => total += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(total, (sent - 1) * 1504);
+        assert!(w.out.is_empty());
     }
 
     #[test]

@@ -17,12 +17,36 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn emu(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_ax88772-emu"))
+/// The emulator, killed when the test ends, however it ends (a failed
+/// assertion must not leave it holding the test's output open).
+struct Emu(Child);
+
+impl std::ops::Deref for Emu {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Emu {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Emu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn emu(args: &[&str]) -> Emu {
+    Emu(Command::new(env!("CARGO_BIN_EXE_ax88772-emu"))
         .args(args)
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap())
 }
 
 fn wait_for(p: &Path) {
@@ -84,6 +108,8 @@ fn listen_mode_ready_file_and_exit_on_disconnect() {
         ready.to_str().unwrap(),
         "--ctl",
         ctl.to_str().unwrap(),
+        "--seed",
+        "7",
         "--wire",
         &format!(
             "dgram:unix:{},unix:{}",
@@ -106,7 +132,14 @@ fn listen_mode_ready_file_and_exit_on_disconnect() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["config"]["variant"], "772a");
-    assert_eq!(v["config"]["mac"].as_str().unwrap().len(), 17);
+    assert_eq!(
+        v["config"]["mac"], "02:d7:0d:32:59:e4",
+        "--seed 7 derives the MAC"
+    );
+    assert_eq!(
+        v["impair"]["seed"], 7,
+        "--seed 7 seeds the impairments: {v}"
+    );
 
     let mut s = UnixStream::connect(&usb).unwrap();
     plug_session(&mut s);

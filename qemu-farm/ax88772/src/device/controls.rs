@@ -37,10 +37,15 @@ impl Device {
     }
 
     /// Capture into a file the caller opened (the control socket opens it
-    /// inside the capture directory).
-    pub fn pcap_start_file(&mut self, file: std::fs::File, path: &Path) -> std::io::Result<()> {
+    /// inside the capture directory), `snaplen` bytes of each frame.
+    pub fn pcap_start_file(
+        &mut self,
+        file: std::fs::File,
+        path: &Path,
+        snaplen: u32,
+    ) -> std::io::Result<()> {
         self.pcap_stop()?;
-        self.stats.pcap = Some(Pcap::new(file, path)?);
+        self.stats.pcap = Some(Pcap::new(file, path, snaplen)?);
         Ok(())
     }
 
