@@ -51,20 +51,19 @@ unit: setup
 	trap 'bash containers/postgres-test.sh stop' EXIT; \
 	PHYFARM_TEST_POSTGRES="$$url" $(PHASE) unit $(CARGO) test --workspace
 
-# The farm (pytest-tests/farm) boots guests: two at a time, in its own run.
-# The Rust KUnit doctests need a kernel of their own (a separate build tree).
-KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
-
+# The farm's checks (pytest-tests/farm) run in the pipeline phase, through
+# the real path: the shipped v8 through `phyfarm run`, on the patched kernels
+# and on the base (the base's results reused when an earlier run had the same
+# kernels, farm and plan), with the Rust doctests (KUnit) of both.
 # The harness's own tests (harness/tests: its units, interrupted runs, hung
-# guests) boot guests too, so they run beside the farm, not in `phyfarm run`.
+# guests) boot guests too: two at a time, in their own run.
 # pytest-tests/gadget runs the probe, link-flap and throughput checks on the
 # forwarded-gadget path (the model as a USB gadget in an exporter guest,
 # exported by the real usbredirect) beside the emulated path; its guest plan
 # builds the exporter kernel as `make exporter-kernel` does (incrementally).
 integration: setup phyfarm
 	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/gadget
-	$(PHASE) integration/kunit-kernel $(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
-	$(PHASE) integration/farm+harness $(VENV)/bin/python -m pytest --durations=8 pytest-tests/farm harness/tests -n 2
+	$(PHASE) integration/harness $(VENV)/bin/python -m pytest --durations=8 harness/tests -n 2
 	$(PHASE) integration/gadget $(VENV)/bin/python -m pytest pytest-tests/gadget -s
 	$(PHASE) integration/selftest $(PHYFARM) selftest --quick
 
@@ -88,8 +87,11 @@ selftest: setup phyfarm
 	$(PHYFARM) images
 	$(PHYFARM) selftest
 
-# The farm on the default build outputs (<cache>/out/{rust,c}), with a summary table.
+# The farm on the default build outputs (<cache>/out/{rust,c}, and the Rust
+# doctests' KUnit kernel in <cache>/out/rust-kunit), with a summary table.
+KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 farm: setup phyfarm
+	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
 	$(PHYFARM) test --artifacts $(PHYFARM_CACHE)/out -n 2
 
 # Each phase prints its time as it ends, the pytest phases their slowest

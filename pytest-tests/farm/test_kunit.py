@@ -2,7 +2,7 @@
 `-K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y` runs them at boot; the
 KTAP they print is read from the kernel log through the agent and parsed into
 one result per case. `phyfarm run` builds that kernel from the patched tree
-into <run>/rust-kunit (the base's into <run>/base/rust-kunit); `make test`
+into <run>/rust-kunit (the base's into <run>/base/rust-kunit); `make farm`
 builds the base's into <cache>/out/rust-kunit."""
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from pathlib import Path
 
 import pytest
+from phyfarm_farm.plugin import PCAP_SNAPLEN
 
 from conftest import REPO, read_json
 
@@ -86,12 +88,12 @@ def test_v7_does_not_apply_and_says_where(v7_build):
     assert read_json(out / "results.json")["revision"]["version"] == 7
 
 
+# `make run`'s options: with the same kernels, farm and plan, the base's farm
+# results of an earlier run are reused, as they are for a contributor.
 @pytest.fixture(scope="module")
 def v8_build(phyfarm, podman, store, v7_build, tmp_path_factory):
     out = tmp_path_factory.mktemp("v8")
-    return out, phyfarm(
-        "--store", str(store), "run", str(SERIES / "v8"), "-o", str(out), "--flaps", "5"
-    )
+    return out, phyfarm("--store", str(store), "run", str(SERIES / "v8"), "-o", str(out))
 
 
 @pytest.mark.slow
@@ -148,6 +150,13 @@ def test_v8_applies_builds_every_patch_and_passes_the_gates(phyfarm, v8_build):
     assert len(doctests) > 10 and all(t["status"] == "PASS" for t in doctests), doctests[:3]
     tp = [m for m in rec["measurements"] if m["name"] == "farm.throughput.tcp_tx"]
     assert len(tp) == 2 and all(len(m["samples"]) >= 4 for m in tp), tp
+    # The wire captures keep each frame's headers (PCAP_SNAPLEN bytes): whole
+    # frames made the throughput checks' captures 250 MB each.
+    pcaps = sorted(out.glob("farm*/logs/*/wire.pcap"))
+    assert any("throughput" in str(p) for p in pcaps), pcaps
+    for p in pcaps:
+        with p.open("rb") as f:
+            assert struct.unpack("<IHHiIII", f.read(24))[5] == PCAP_SNAPLEN, p
     # It passes against the base: awaiting review, with the three-day clock.
     assert "rust-phy-enum-check/v8: awaiting-review" in r.stdout, r.describe()
     assert "ready to merge at" in r.stdout
