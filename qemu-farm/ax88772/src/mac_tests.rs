@@ -340,3 +340,63 @@ fn a_setup_packet_prints_as_usbmon_names_its_fields() {
         "bmRequestType=0xc0 bRequest=0x07 wValue=0x0010 wIndex=0x0001 wLength=2"
     );
 }
+
+#[test]
+fn rx_needs_both_rx_ctl_so_and_medium_re() {
+    let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0088, 0, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_MEDIUM_MODE, 0x0206, 0, &[]);
+    assert!(!m.rx_enabled(), "MEDIUM.RE clear");
+    wr(&mut m, &mut p, cmd::WRITE_MEDIUM_MODE, 0x0306, 0, &[]);
+    assert!(m.rx_enabled());
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0008, 0, &[]);
+    assert!(!m.rx_enabled(), "RX_CTL.SO clear");
+}
+
+#[test]
+fn broadcast_and_multicast_need_their_rx_ctl_bits() {
+    let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0080, 0, &[]);
+    assert!(!m.accepts(&[0xff; 6]), "broadcast without AB");
+    assert!(m.accepts(&MAC));
+    // The filter bit of 33:33:00:00:00:01 is set, but AM is not.
+    let mut filter = [0u8; 8];
+    filter[7] = 0x40;
+    wr(&mut m, &mut p, cmd::WRITE_MULTI_FILTER, 0, 0, &filter);
+    wr(&mut m, &mut p, cmd::WRITE_RX_CTL, 0x0088, 0, &[]);
+    assert!(
+        !m.accepts(&[0x33, 0x33, 0, 0, 0, 1]),
+        "multicast without AM"
+    );
+}
+
+#[test]
+fn gpios_read_back_and_only_rse_reloads_the_node_id() {
+    let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::WRITE_ENABLE, 0, 0, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_EEPROM, 4, 0x3412, &[]);
+    wr(&mut m, &mut p, cmd::WRITE_GPIOS, 0x0001, 0, &[]);
+    assert_eq!(
+        rd(&mut m, &mut p, cmd::READ_GPIOS, 0, 0, 1),
+        Reply::Data(vec![0x01])
+    );
+    assert_eq!(m.node_id, MAC, "no RSE, no reload");
+    wr(&mut m, &mut p, cmd::WRITE_GPIOS, 0x0081, 0, &[]);
+    assert_eq!(m.node_id[..2], [0x12, 0x34]);
+}
+
+#[test]
+fn an_eeprom_write_past_the_last_word_is_ignored() {
+    let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::WRITE_ENABLE, 0, 0, &[]);
+    let last = EEPROM_WORDS as u16 - 1;
+    assert_eq!(
+        wr(&mut m, &mut p, cmd::WRITE_EEPROM, last, 0x1234, &[]),
+        Reply::Done(0)
+    );
+    assert_eq!(
+        wr(&mut m, &mut p, cmd::WRITE_EEPROM, last + 1, 0x5678, &[]),
+        Reply::Done(0)
+    );
+    assert_eq!(m.eeprom()[usize::from(last)], 0x1234);
+}
