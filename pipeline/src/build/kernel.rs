@@ -376,7 +376,13 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     durations.push(("source".into(), t.elapsed().as_secs_f64()));
 
     // 2. Build tree: start from the plain tree of this variant (for -K
-    // builds) or from the other variant's, if one has been built.
+    // builds) or from the other variant's, if one has been built. Locked
+    // first: a concurrent build of this tree waits instead of copying into
+    // it at the same time.
+    if let Some(parent) = l.build.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let _lock = lock(&l.build.with_extension("lock"), &label)?;
     if !l.build.join(".config").is_file() {
         need_space(&paths.cache, BUILD_SPACE, "the build tree")?;
         let plain = Layout::new(paths, &tc.kernel_version, variant).build;
@@ -389,12 +395,11 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
                 "{label}: starting from the build tree {}",
                 other.display()
             ));
-            copy_tree(&other, &l.build)?;
+            copy_built_tree(&other, &l.build, &label)?;
             let _ = std::fs::remove_file(l.build.join(".phyfarm-built"));
         }
     }
     std::fs::create_dir_all(&l.build)?;
-    let _lock = lock(&l.build.with_extension("lock"), &label)?;
 
     // 3. Configure, unless the inputs are unchanged.
     let t = Instant::now();
@@ -629,6 +634,14 @@ pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     let _ = std::fs::remove_dir_all(to);
     std::fs::rename(&tmp, to)?;
     Ok(())
+}
+
+/// Copy a build tree that another build may be writing, under that tree's
+/// lock: the copy is of a finished tree (a concurrent build of it, from
+/// another `phyfarm build` or `phyfarm run`, is waited for).
+pub fn copy_built_tree(from: &Path, to: &Path, label: &str) -> Result<()> {
+    let _lock = lock(&from.with_extension("lock"), label)?;
+    copy_tree(from, to)
 }
 
 /// The warning keys every base build of a tree has shown (incremental builds

@@ -363,15 +363,16 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     for v in &opts.variants {
         let base_tree = Layout::new(paths, &ctx.tc.kernel_version, *v).build;
         let dir = ctx.series_build_dir(*v);
-        info(&format!("[{v}] a fresh series build tree from the base"));
-        kernel::copy_tree(&base_tree, &dir)?;
+        let label = format!("[{v}]");
+        info(&format!("{label} a fresh series build tree from the base"));
+        kernel::copy_built_tree(&base_tree, &dir, &label)?;
     }
     if kunit {
         let extra = kernel::extra_fragment(&KUNIT_OPTIONS.map(String::from))?;
         let base_tree =
             Layout::with_extra(paths, &ctx.tc.kernel_version, Variant::Rust, &extra).build;
         info("[rust-kunit] a fresh series build tree from the base");
-        kernel::copy_tree(&base_tree, &ctx.kunit_build_dir())?;
+        kernel::copy_built_tree(&base_tree, &ctx.kunit_build_dir(), "[rust-kunit]")?;
     }
 
     // 3. Apply and build, patch by patch.

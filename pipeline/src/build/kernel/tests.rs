@@ -45,6 +45,32 @@ fn copy_tree_keeps_mtimes_and_replaces_the_destination() {
 }
 
 #[test]
+fn a_tree_being_built_is_copied_only_when_its_build_ends() {
+    let d = tempfile::tempdir().unwrap();
+    let (from, to) = (d.path().join("base"), d.path().join("series"));
+    std::fs::create_dir_all(&from).unwrap();
+    std::fs::write(from.join("vmlinux"), "half-linked").unwrap();
+    // Another build holds the base tree's lock, as kernel::build does.
+    let building = lock(&from.with_extension("lock"), "[test]").unwrap();
+    let copier = {
+        let (from, to) = (from.clone(), to.clone());
+        std::thread::spawn(move || copy_built_tree(&from, &to, "[test]").unwrap())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !copier.is_finished(),
+        "copied while the tree was being built"
+    );
+    std::fs::write(from.join("vmlinux"), "linked").unwrap();
+    drop(building);
+    copier.join().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(to.join("vmlinux")).unwrap(),
+        "linked"
+    );
+}
+
+#[test]
 fn extra_options_get_their_own_tree() {
     let plain = Layout::with_extra(&paths(), "v", Variant::Rust, "");
     let k = Layout::with_extra(&paths(), "v", Variant::Rust, "CONFIG_KUNIT=y\n");
