@@ -112,6 +112,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cancelled_entries_are_compacted_once_they_outnumber_the_live() {
+        let mut p = Pending::new(1000);
+        for id in 0..300 {
+            p.push(id, ()).unwrap();
+        }
+        // 100 dead among 200 live: not worth a pass over the queue yet.
+        for id in 0..100 {
+            assert!(p.cancel(id));
+        }
+        assert_eq!(p.queue.len(), 300);
+        // Past twice the live ones (plus slack), the dead are dropped.
+        for id in 100..290 {
+            assert!(p.cancel(id));
+            assert!(p.queue.len() <= 2 * p.live.len() + 64, "{}", p.queue.len());
+        }
+        assert_eq!(p.live.len(), 10);
+        assert!(p.queue.len() < 300);
+        let left: Vec<u64> = p.drain().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(left, (290..300).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn order_cancel_and_bounds() {
         let mut p = Pending::new(3);
         p.push(10, 'a').unwrap();

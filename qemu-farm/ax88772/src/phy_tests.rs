@@ -436,3 +436,26 @@ fn every_link_up_after_a_drop_is_counted() {
         assert_eq!((s.link_ups, s.link_downs), (n, n), "cycle {n}");
     }
 }
+
+#[test]
+fn releasing_a_phy_that_is_not_held_changes_nothing() {
+    let (mut p, _) = phy();
+    p.write(reg::ADVERTISE, 0x0061);
+    let before = p.snapshot();
+    p.set_held_in_reset(false);
+    let s = p.snapshot();
+    assert_eq!(s.advertise, 0x0061, "registers kept");
+    assert!(s.link && !s.held_in_reset);
+    assert_eq!(
+        (s.link_ups, s.link_downs),
+        (before.link_ups, before.link_downs),
+        "no autoneg restart"
+    );
+}
+
+#[test]
+fn the_mmd_control_register_reads_back() {
+    let (mut p, _) = phy();
+    p.write(reg::MMD_CTRL, 0x0007);
+    assert_eq!(p.read(reg::MMD_CTRL), 0x0007);
+}
