@@ -597,20 +597,17 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
     kernel = spec.kernel or env.kernel(variant)
     emulator_args = list(request.config.getoption("--emulator-arg")) + spec.emulator_args
     usb = wire = None
-    if env.device == "emulated" and spec.usb:
+    if env.device in ("emulated", GADGET) and spec.usb:
+        # The model, served to the guest directly or through the exporter.
         assert env.emulator is not None
         emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
         emu.start(timeout=30)
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
         emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"), snaplen=PCAP_SNAPLEN)
+    if emu is not None and env.device == "emulated":
         usb = ("unix", emu.usb_sock)
         wire = (emu.partner_wire, emu.emu_wire)
-    elif env.device == GADGET and spec.usb:
-        assert env.emulator is not None
-        emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
-        emu.start(timeout=30)
-        started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
-        emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"), snaplen=PCAP_SNAPLEN)
+    elif emu is not None and env.device == GADGET:
         exporter = Exporter(env.exporter_kernel(), env.guest_image, env.accel, logdir, emu.usb_sock)
         user = qemu_user()
         if user is not None:
