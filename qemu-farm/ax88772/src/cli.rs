@@ -44,7 +44,8 @@ Control socket (--ctl): JSON lines, one reply line per request, e.g.
   {\"cmd\":\"link\",\"up\":false}   {\"cmd\":\"partner\",\"modes\":[\"10full\"],\"pause\":false}
   {\"cmd\":\"quirks\",\"lpa_zero\":true}   {\"cmd\":\"impair\",\"loss\":0.01,\"seed\":7}
   {\"cmd\":\"cable\",\"state\":\"open\",\"distance_m\":12}   {\"cmd\":\"counters\"}
-  {\"cmd\":\"pcap\",\"action\":\"start\",\"path\":\"wire.pcap\"} (in --capture-dir)   {\"cmd\":\"phy\"}
+  {\"cmd\":\"pcap\",\"action\":\"start\",\"path\":\"wire.pcap\",\"snaplen\":128} (in --capture-dir;
+  snaplen optional: bytes kept of each frame)   {\"cmd\":\"phy\"}
   {\"cmd\":\"describe\"}   {\"cmd\":\"usb\",\"action\":\"unplug\"}   {\"cmd\":\"ping\"}
   {\"cmd\":\"usb\",\"action\":\"replug\",\"down_ms\":500}   {\"cmd\":\"impair\",\"latency_us\":2000,\"jitter_us\":500}
   {\"cmd\":\"mdio_fault\",\"op\":\"read\",\"regs\":[1],\"count\":1}   {\"cmd\":\"mdio_fault\",\"clear\":true}
