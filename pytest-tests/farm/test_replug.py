@@ -27,9 +27,12 @@ TRAFFIC_LIMIT = 5.0
 BG_ARGS = ["-q", "-i", "0.01", "-s", "1200", "-w", "2"]
 LEAK_LINES = ("unregister_netdevice: waiting for", "refcount_t")
 
+# A device being unregistered can lose its sysfs files between two reads:
+# it is listed only with its ifindex.
 ASIX_NETDEVS = """for n in /sys/class/net/*; do
   d=$(readlink "$n/device/driver" 2>/dev/null)
-  [ "${d##*/}" = asix ] && echo "${n##*/} $(cat "$n/ifindex")"
+  [ "${d##*/}" = asix ] || continue
+  i=$(cat "$n/ifindex" 2>/dev/null) && [ -n "$i" ] && echo "${n##*/} $i"
 done"""
 
 
@@ -38,8 +41,9 @@ def asix_netdevs(farm) -> list[tuple[str, str]]:
     return [tuple(line.split()[:2]) for line in r.stdout.splitlines() if len(line.split()) >= 2]
 
 
-def wait_new_netdev(farm, old_ifindex: str, timeout: float) -> tuple[str, str] | None:
-    """The asix net device registered after `old_ifindex` went, or None."""
+def wait_new_netdev(farm, old_ifindex: str, timeout: float) -> tuple[str, str] | str:
+    """The asix net device registered after `old_ifindex` went, or how the
+    wait ended without one."""
     script = f"""asix() {{
 {ASIX_NETDEVS}
 }}
@@ -54,7 +58,7 @@ done"""
         parts = line.split()
         if len(parts) >= 2 and parts[1] != old_ifindex:
             return parts[0], parts[1]
-    return None
+    return r.describe()
 
 
 def slab_kb(farm) -> int | None:
@@ -76,10 +80,10 @@ def replug(farm, i: int, ifindex: str) -> tuple[dict, str]:
     farm.emu.ctl("usb", action="replug", down_ms=DOWN_MS)
     new = wait_new_netdev(farm, ifindex, RETURN_LIMIT)
     back = time.monotonic() - t0
-    if new is None:
+    if isinstance(new, str):
         raise CheckFailed(
             f"replug {i}: no asix net device {RETURN_LIMIT:.0f}s after the adapter came back "
-            f"(devices now: {asix_netdevs(farm)})"
+            f"(devices now: {asix_netdevs(farm)}; the wait: {new})"
         )
     farm.dut = new[0]
     r = g.sh(f"{IP} addr add {DUT_IP}/24 dev {farm.dut} && {IP} link set {farm.dut} up", 20)

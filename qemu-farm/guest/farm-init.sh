@@ -22,46 +22,95 @@ ip link set lo up
 # org.phyfarm.model) becomes a USB gadget on dummy_hcd, this guest's USB host
 # stack enumerates it, and the real usbredirect exports it on 127.0.0.1:4000,
 # which ax88772-gadget relays to the port org.phyfarm.usbredir (the farm
-# guest's QEMU usb-redir chardev on the host). Every step says on the console
-# how it went; the harness reads "phyfarm-exporter: ready" or the failure.
+# guest's QEMU usb-redir chardev on the host). usbredirect exits when its
+# device goes away (the model's unplug unbinds the gadget), as it does with
+# a physical adapter: when the gadget comes back a new usbredirect serves
+# it, and the relay splices it into the farm guest's session. Every step
+# says on the console how it went; the harness reads "phyfarm-exporter:
+# ready" or the failure.
 if grep -q 'phyfarm.role=exporter' /proc/cmdline; then
 	mount -t configfs configfs /sys/kernel/config
 	/usr/bin/ax88772-gadget --model port:org.phyfarm.model \
 		--relay org.phyfarm.usbredir=127.0.0.1:4000 &
 	gadget=$!
-	n=0
-	until grep -qs 772a /sys/bus/usb/devices/*/idProduct; do
-		if ! kill -0 "$gadget" 2>/dev/null; then
-			wait "$gadget"
-			echo "phyfarm-exporter: failed: ax88772-gadget exited with $?"
-			while :; do sleep 3600; done
+	halt() { while :; do sleep 3600; done; }
+	# Sets dev to the gadget's sysfs device, once enumerated (the first
+	# time within 60 s).
+	enumerated() {
+		n=0
+		until grep -qs 772a /sys/bus/usb/devices/*/idProduct; do
+			if ! kill -0 "$gadget" 2>/dev/null; then
+				wait "$gadget"
+				echo "phyfarm-exporter: failed: ax88772-gadget exited with $?"
+				halt
+			fi
+			n=$((n + 1))
+			if [ "$1" = first ] && [ "$n" -gt 600 ]; then
+				echo "phyfarm-exporter: failed: the gadget was not enumerated within 60 s"
+				halt
+			fi
+			sleep 0.1
+		done
+		dev=$(dirname "$(grep -ls 772a /sys/bus/usb/devices/*/idProduct | head -n1)")
+	}
+	round=first
+	while :; do
+		enumerated "$round"
+		num=$(cat "$dev/devnum" 2>/dev/null)
+		echo "phyfarm-exporter: the gadget is enumerated as $dev (device $num)"
+		usbredirect --device "0b95:$(cat "$dev/idProduct")" --as 127.0.0.1:4000 --verbose 3 &
+		redirect=$!
+		if [ "$round" = first ]; then
+			n=0
+			until netstat -ltn 2>/dev/null | grep -q ':4000 '; do
+				if ! kill -0 "$redirect" 2>/dev/null; then
+					wait "$redirect"
+					echo "phyfarm-exporter: failed: usbredirect exited with $? before listening"
+					halt
+				fi
+				n=$((n + 1))
+				[ "$n" -gt 600 ] && { echo "phyfarm-exporter: failed: usbredirect did not listen within 60 s"; break; }
+				sleep 0.1
+			done
+			echo "phyfarm-exporter: ready"
 		fi
-		n=$((n + 1))
-		if [ "$n" -gt 600 ]; then
-			echo "phyfarm-exporter: failed: the gadget was not enumerated within 60 s"
-			while :; do sleep 3600; done
+		# usbredirect notices its device going away only when a transfer
+		# fails, and then exits or stays without one: a device number that
+		# changed (or went) for half a second ends it here.
+		odd=0
+		while kill -0 "$redirect" 2>/dev/null; do
+			now=
+			read -r now 2>/dev/null <"$dev/devnum"
+			if [ "$now" = "$num" ]; then
+				odd=0
+			else
+				odd=$((odd + 1))
+			fi
+			if [ "$odd" -ge 5 ]; then
+				echo "phyfarm-exporter: device $num went away (now '$now'); stopping usbredirect"
+				kill "$redirect" 2>/dev/null
+				n=0
+				while kill -0 "$redirect" 2>/dev/null && [ "$n" -lt 20 ]; do
+					sleep 0.1
+					n=$((n + 1))
+				done
+				kill -9 "$redirect" 2>/dev/null
+				break
+			fi
+			sleep 0.1
+		done
+		wait "$redirect"
+		rc=$?
+		# The same device still there: usbredirect failed, not an unplug.
+		now=
+		read -r now 2>/dev/null <"$dev/devnum"
+		if [ "$now" = "$num" ]; then
+			echo "phyfarm-exporter: usbredirect exited with $rc while its device was present"
+			halt
 		fi
-		sleep 0.1
+		echo "phyfarm-exporter: the gadget went away (usbredirect ended with $rc); serving it again when it returns"
+		round=again
 	done
-	dev=$(grep -ls 772a /sys/bus/usb/devices/*/idProduct | head -n1)
-	echo "phyfarm-exporter: the gadget is enumerated as $(dirname "$dev")"
-	usbredirect --device "0b95:$(cat "$dev")" --as 127.0.0.1:4000 --verbose 3 &
-	redirect=$!
-	n=0
-	until netstat -ltn 2>/dev/null | grep -q ':4000 '; do
-		if ! kill -0 "$redirect" 2>/dev/null; then
-			wait "$redirect"
-			echo "phyfarm-exporter: failed: usbredirect exited with $? before listening"
-			while :; do sleep 3600; done
-		fi
-		n=$((n + 1))
-		[ "$n" -gt 600 ] && { echo "phyfarm-exporter: failed: usbredirect did not listen within 60 s"; break; }
-		sleep 0.1
-	done
-	echo "phyfarm-exporter: ready"
-	wait "$redirect"
-	echo "phyfarm-exporter: usbredirect exited with $?"
-	while :; do sleep 3600; done
 fi
 
 echo "phyfarm-init: starting phyfarm-agent after $(cut -d' ' -f1 /proc/uptime)s"

@@ -20,4 +20,5 @@ pub mod pcap;
 pub mod pending;
 pub mod phy;
 pub mod server;
+pub mod splice;
 pub mod wire;

@@ -318,6 +318,11 @@ impl Server {
         &self.dev
     }
 
+    /// The device, for what the control socket would ask of it.
+    pub fn device_mut(&mut self) -> &mut Device {
+        &mut self.dev
+    }
+
     fn open_transport(&mut self, c: Conn, now: Instant) {
         if let Err(e) = c.set_nonblocking() {
             log_w!("usb: set_nonblocking: {e}");

@@ -76,3 +76,47 @@ fn completions_are_never_held_past_their_deadline() {
         assert!(at <= *d + slack, "held {:?} past its deadline", at - *d);
     }
 }
+
+/// A replug whose disconnect is acknowledged at once, with transfers still
+/// arriving from a peer that has not caught up (a USB gadget's pumps), is
+/// plugged back in when its down time ends.
+#[test]
+fn a_replug_acknowledged_at_once_plugs_back_in_after_its_down_time() {
+    let t0 = Instant::now();
+    let (mut server, mut peer, _wire, clock) = rig(config(false), t0);
+    bring_up(&mut server, &mut peer);
+    for _ in 0..16 {
+        peer.send(Message::BulkPacket(BulkPacket {
+            endpoint: 0x82,
+            length: 16384,
+            ..Default::default()
+        }));
+    }
+    server.step().unwrap();
+    peer.take();
+    let down = Duration::from_millis(300);
+    let now = server.now();
+    server.device_mut().replug(now, down);
+    server.step().unwrap();
+    let out: Vec<_> = peer.take().iter().map(|p| p.msg.name()).collect();
+    assert!(out.contains(&"device_disconnect"), "{out:?}");
+    peer.send(Message::DeviceDisconnectAck);
+    let data = framing::tx_transfer(&[0x02; 60]);
+    peer.send(Message::BulkPacket(BulkPacket {
+        endpoint: 0x03,
+        length: data.len() as u32,
+        data,
+        ..Default::default()
+    }));
+    peer.send(Message::Reset);
+    for ms in [10, 100, 299] {
+        clock.set(t0 + Duration::from_millis(ms));
+        server.step().unwrap();
+        let out: Vec<_> = peer.take().iter().map(|p| p.msg.name()).collect();
+        assert!(!out.contains(&"device_connect"), "at {ms} ms: {out:?}");
+    }
+    clock.set(t0 + down + Duration::from_millis(1));
+    server.step().unwrap();
+    let out: Vec<_> = peer.take().iter().map(|p| p.msg.name()).collect();
+    assert!(out.contains(&"device_connect"), "{out:?}");
+}

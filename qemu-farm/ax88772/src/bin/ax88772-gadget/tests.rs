@@ -134,17 +134,40 @@ impl Drop for TempDir {
     }
 }
 
-/// The model's end of a usbredir connection.
-struct Model {
-    s: UnixStream,
+/// A stream whose reads can time out.
+trait Timed: Read + Write {
+    fn read_timeout(&self, d: Duration);
+}
+
+impl Timed for UnixStream {
+    fn read_timeout(&self, d: Duration) {
+        self.set_read_timeout(Some(d)).unwrap();
+    }
+}
+
+impl Timed for TcpStream {
+    fn read_timeout(&self, d: Duration) {
+        self.set_read_timeout(Some(d)).unwrap();
+    }
+}
+
+/// The model's end of a usbredir connection (or, with `peer`, any end).
+struct Model<S = UnixStream> {
+    s: S,
     codec: Codec,
 }
 
 impl Model {
     fn new(s: UnixStream) -> Model {
+        Model::peer(s, Role::Host, Caps(0xff))
+    }
+}
+
+impl<S: Timed> Model<S> {
+    fn peer(s: S, role: Role, caps: Caps) -> Model<S> {
         Model {
             s,
-            codec: Codec::new(Role::Host, Caps(0xff)),
+            codec: Codec::new(role, caps),
         }
     }
 
@@ -172,7 +195,7 @@ impl Model {
             if left.is_zero() {
                 return None;
             }
-            self.s.set_read_timeout(Some(left)).unwrap();
+            self.s.read_timeout(left);
             match self.s.read(&mut buf) {
                 Ok(0) => return None,
                 Ok(n) => self.codec.feed(&buf[..n]),
@@ -457,17 +480,142 @@ fn connect_to_port_looks_for_a_virtio_serial_port() {
     );
 }
 
+fn next_msg<S: Timed>(m: &mut Model<S>) -> Message {
+    m.next().msg
+}
+
+/// What an exporter session (usbredirect) reads first: QEMU's hello.
+fn qemu_hello_read_by<S: Timed>(m: &mut Model<S>) -> usbredir::Hello {
+    match next_msg(m) {
+        Message::Hello(h) => h,
+        other => panic!("expected QEMU's hello, got {other:?}"),
+    }
+}
+
+fn device_connect() -> Message {
+    Message::DeviceConnect(sample_identity().0)
+}
+
 #[test]
-fn pump_copies_until_the_source_closes() {
-    let (a, mut b) = UnixStream::pair().unwrap();
-    let (mut out, w) = pipe();
-    b.write_all(b"one ").unwrap();
-    b.write_all(b"two").unwrap();
-    drop(b);
-    in_thread(move || pump(port(a), Conn::Port(w), "test"));
-    let mut got = String::new();
-    out.read_to_string(&mut got).unwrap();
-    assert_eq!(got, "one two");
+fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
+    let (qemu_end, relay_end) = UnixStream::pair().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let caps = gadget_caps();
+    let mut qemu = Model::peer(qemu_end, Role::Guest, caps);
+    let relay_addr = addr.clone();
+    let relay = std::thread::spawn(move || relay_on(port(relay_end), &relay_addr, PATIENCE));
+    qemu.hello();
+
+    // The first session: both hellos pass, and everything after them.
+    let (s1, _) = listener.accept().unwrap();
+    let mut one = Model::peer(s1, Role::Host, caps);
+    assert_eq!(qemu_hello_read_by(&mut one).caps, caps);
+    one.hello();
+    one.send(0, device_connect());
+    assert!(matches!(next_msg(&mut qemu), Message::Hello(h) if h.caps == caps));
+    assert_eq!(next_msg(&mut qemu), device_connect());
+    qemu.send(5, Message::SetConfiguration { configuration: 1 });
+    let p = one.next();
+    assert_eq!(
+        (p.id, p.msg),
+        (5, Message::SetConfiguration { configuration: 1 })
+    );
+
+    // usbredirect ends (its device went away): QEMU hears of it, and its
+    // acknowledgement goes nowhere.
+    drop(one);
+    assert_eq!(next_msg(&mut qemu), Message::DeviceDisconnect);
+    qemu.send(0, Message::DeviceDisconnectAck);
+
+    // The next usbredirect gets QEMU's hello; its own goes no further.
+    let (s2, _) = listener.accept().unwrap();
+    let mut two = Model::peer(s2, Role::Host, caps);
+    assert_eq!(qemu_hello_read_by(&mut two).caps, caps);
+    two.hello();
+    two.send(0, device_connect());
+    assert_eq!(next_msg(&mut qemu), device_connect());
+    qemu.send(9, Message::Reset);
+    let p = two.next();
+    assert_eq!(
+        (p.id, p.msg),
+        (9, Message::Reset),
+        "the ack was not passed on"
+    );
+    assert!(logged_anywhere(
+        "usbredirect session 1 ended (closed); QEMU was told the device went away"
+    ));
+    assert!(logged_anywhere("usbredirect session 2 at"));
+
+    // QEMU going away ends the relay.
+    drop(qemu);
+    let r = relay.join().unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert!(logged_anywhere("QEMU closed the port"));
+}
+
+#[test]
+fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
+    let (qemu_end, relay_end) = UnixStream::pair().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut qemu = Model::peer(qemu_end, Role::Guest, gadget_caps());
+    let sh = Mutex::new(Relay {
+        splice: Splice::default(),
+        to_exporter: None,
+    });
+    let mut hello = Vec::new();
+    Codec::new(Role::Guest, gadget_caps())
+        .encode_hello("qemu", &mut hello)
+        .unwrap();
+    sh.lock().unwrap().splice.from_qemu(hello).unwrap();
+    let exporter = std::thread::spawn(move || {
+        for caps in [gadget_caps(), Caps::XHCI_HOST] {
+            let (s, _) = listener.accept().unwrap();
+            let mut e = Model::peer(s, Role::Host, caps);
+            qemu_hello_read_by(&mut e);
+            e.hello();
+            e.send(0, device_connect());
+            if caps != gadget_caps() {
+                // Kept open: the relay must end it, not wait.
+                return e;
+            }
+        }
+        unreachable!()
+    });
+    let err = exporter_sessions(&sh, &addr, port(relay_end), PATIENCE).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("new session offers capabilities"),
+        "{err:#}"
+    );
+    // What QEMU heard: the first hello, the device, its going away, and
+    // nothing of the second session.
+    assert!(matches!(next_msg(&mut qemu), Message::Hello(_)));
+    assert_eq!(next_msg(&mut qemu), device_connect());
+    assert_eq!(next_msg(&mut qemu), Message::DeviceDisconnect);
+    assert!(qemu.try_next(Duration::from_millis(200)).is_none());
+    drop(exporter.join().unwrap());
+}
+
+#[test]
+fn the_first_usbredirect_is_waited_for_within_its_limit_only() {
+    let addr = refused_addr().to_string();
+    let t = Instant::now();
+    let e = connect_exporter(&addr, Some(Duration::from_millis(200))).unwrap_err();
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    assert!(
+        format!("{e:#}").contains(&format!("cannot connect to {addr}")),
+        "{e:#}"
+    );
+    // Without a limit it waits for the listener.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let waiter = std::thread::spawn(move || connect_exporter(&addr.to_string(), None));
+    std::thread::sleep(Duration::from_millis(300));
+    let l = TcpListener::bind(addr).unwrap();
+    let (_s, _) = l.accept().unwrap();
+    assert!(waiter.join().unwrap().is_ok());
 }
 
 fn sample_identity() -> (DeviceConnect, InterfaceInfo, EpInfo) {
