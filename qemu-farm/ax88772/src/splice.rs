@@ -85,6 +85,12 @@ impl Splitter {
         self.buf.len() - self.pos
     }
 
+    /// Bytes held in memory: undecoded ones and passed ones not yet
+    /// reclaimed (the buffer is compacted as the stream goes through).
+    pub fn held(&self) -> usize {
+        self.buf.len()
+    }
+
     /// The next whole message (header included), if its bytes are all here.
     /// `header_len` is the stream's header size for that message.
     pub fn next(&mut self, header_len: usize) -> Result<Option<Vec<u8>>, SpliceError> {
@@ -385,9 +391,58 @@ mod tests {
         assert_eq!(s.next(HEADER_LEN_64), Ok(None));
     }
 
+    #[test]
+    fn the_splitter_holds_bounded_memory_while_a_message_is_always_partial() {
+        // 1000-byte messages fed 1499 bytes at a time: a partial message is
+        // always left (the two line up again only after 1.5 MB), so the
+        // buffer is never empty and must be compacted.
+        let m = |i: u32| {
+            let mut v = vec![0u8; 1000];
+            v[0..4].copy_from_slice(&msg::BULK_PACKET.to_le_bytes());
+            v[4..8].copy_from_slice(&((1000 - HEADER_LEN_64) as u32).to_le_bytes());
+            v[8..12].copy_from_slice(&i.to_le_bytes());
+            v
+        };
+        let stream: Vec<u8> = (0..1000).flat_map(m).collect();
+        let mut s = Splitter::default();
+        let (mut got, mut most) = (0u32, 0usize);
+        for chunk in stream.chunks(1499) {
+            s.feed(chunk);
+            most = most.max(s.held());
+            while let Some(x) = s.next(HEADER_LEN_64).unwrap() {
+                assert_eq!(x, m(got));
+                got += 1;
+            }
+        }
+        assert_eq!(got, 1000);
+        assert!(most >= 1499, "held() counts what is held: {most}");
+        assert!(
+            most < 200 * 1024,
+            "held up to {most} bytes of a 1 MB stream"
+        );
+    }
+
+    #[test]
+    fn a_hello_without_capability_words_is_taken() {
+        let mut h = hello(caps());
+        h.truncate(HEADER_LEN_32 + HELLO_VERSION_LEN);
+        h[4..8].copy_from_slice(&(HELLO_VERSION_LEN as u32).to_le_bytes());
+        let mut s = Splice::default();
+        assert_eq!(s.from_qemu(h), Ok(None));
+        assert!(s.has_qemu_hello());
+        s.session_start();
+        s.from_exporter(hello(caps())).unwrap();
+        assert_eq!(
+            s.header_len(),
+            HEADER_LEN_32,
+            "no 64-bit ids without QEMU's word"
+        );
+    }
+
     /// QEMU's hello, then the first exporter session's.
     fn spliced() -> Splice {
         let mut s = Splice::default();
+        assert!(!s.has_qemu_hello());
         assert_eq!(s.qemu_header_len(), HEADER_LEN_32);
         assert_eq!(s.session_start(), None, "no session before QEMU's hello");
         assert_eq!(s.from_qemu(hello(caps())), Ok(None));
