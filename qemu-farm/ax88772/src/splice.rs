@@ -144,7 +144,12 @@ fn first_word(caps: &[u32]) -> Caps {
 #[derive(Default)]
 pub struct Splice {
     qemu_hello: Option<Vec<u8>>,
+    /// The first capability word of QEMU's hello.
+    qemu_caps: Caps,
     exporter_caps: Option<Vec<u32>>,
+    /// Capabilities both sides have (none before both hellos): they set
+    /// the header size and whether QEMU acknowledges a disconnect.
+    common: Caps,
     /// An exporter session is up and its hello was read.
     live: bool,
     /// QEMU was told the device is connected (and not told otherwise).
@@ -160,13 +165,7 @@ pub struct Splice {
 impl Splice {
     /// Header size of the messages after both hellos.
     pub fn header_len(&self) -> usize {
-        let both = match (&self.qemu_hello, &self.exporter_caps) {
-            (Some(h), Some(e)) => hello_caps(h, "QEMU")
-                .map(|q| first_word(&q).common(first_word(e)))
-                .unwrap_or(Caps(0)),
-            _ => Caps(0),
-        };
-        if both.has(cap::IDS_64BIT) {
+        if self.common.has(cap::IDS_64BIT) {
             HEADER_LEN_64
         } else {
             HEADER_LEN_32
@@ -210,7 +209,7 @@ impl Splice {
                     type_code: type_code(&m),
                 });
             }
-            hello_caps(&m, "QEMU")?;
+            self.qemu_caps = first_word(&hello_caps(&m, "QEMU")?);
             self.qemu_hello = Some(m);
             // Each exporter session gets it from `session_start`.
             return Ok(None);
@@ -249,6 +248,7 @@ impl Splice {
             self.live = true;
             return match &self.exporter_caps {
                 None => {
+                    self.common = self.qemu_caps.common(first_word(&caps));
                     self.exporter_caps = Some(caps);
                     Ok(Some(m))
                 }
@@ -276,15 +276,7 @@ impl Splice {
             return None;
         }
         self.connected = false;
-        let qemu = self
-            .qemu_hello
-            .as_deref()
-            .and_then(|h| hello_caps(h, "QEMU").ok())
-            .unwrap_or_default();
-        let exporter = self.exporter_caps.as_deref().unwrap_or_default();
-        self.swallow_ack = first_word(&qemu)
-            .common(first_word(exporter))
-            .has(cap::DEVICE_DISCONNECT_ACK);
+        self.swallow_ack = self.common.has(cap::DEVICE_DISCONNECT_ACK);
         let mut m = vec![0u8; header_len];
         m[0..4].copy_from_slice(&msg::DEVICE_DISCONNECT.to_le_bytes());
         Some(m)
@@ -294,7 +286,8 @@ impl Splice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use usbredir::{Codec, DeviceConnect, Message, Packet, Role};
+    use crate::descriptors::Variant;
+    use usbredir::{Codec, Message, Packet, Role};
 
     fn caps() -> Caps {
         Caps::XHCI_HOST.with(cap::DEVICE_DISCONNECT_ACK)
@@ -330,15 +323,7 @@ mod tests {
     }
 
     fn connect() -> Message {
-        Message::DeviceConnect(DeviceConnect {
-            speed: 2,
-            device_class: 0xff,
-            device_subclass: 0xff,
-            device_protocol: 0,
-            vendor_id: 0x0b95,
-            product_id: 0x772a,
-            device_version_bcd: 0x0001,
-        })
+        Message::DeviceConnect(crate::descriptors::device_connect(Variant::Ax88772a))
     }
 
     fn decode(caps: Caps, m: &[u8]) -> Message {

@@ -44,7 +44,9 @@ struct Args {
     model: String,
     /// Relay the virtio-serial port NAME to a TCP server (usbredirect --as
     /// HOST:PORT) once the port's far end has spoken: QEMU's usb-redir on
-    /// the host reaches usbredirect without a network.
+    /// the host reaches usbredirect without a network. When usbredirect
+    /// ends (its device went away), the next one listening at HOST:PORT is
+    /// spliced into QEMU's session.
     #[arg(long, value_name = "NAME=HOST:PORT")]
     relay: Option<String>,
     /// Give up if the model cannot be reached within this many seconds.
