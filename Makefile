@@ -91,7 +91,7 @@ selftest: setup phyfarm
 # doctests' KUnit kernel in <cache>/out/rust-kunit), with a summary table.
 KUNIT_OUT := $(PHYFARM_CACHE)/out/rust-kunit
 farm: setup phyfarm
-	$(PHYFARM) build --variant rust -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o $(KUNIT_OUT)
+	$(PHYFARM) build --variant rust -K CONFIG_RUST_KERNEL_DOCTESTS=y -K CONFIG_KUNIT_DEFAULT_ENABLED=y -o $(KUNIT_OUT)
 	$(PHYFARM) test --artifacts $(PHYFARM_CACHE)/out -n 2
 
 # Each phase prints its time as it ends, the pytest phases their slowest

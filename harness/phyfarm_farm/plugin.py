@@ -126,7 +126,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption(
         "--kunit-kernel",
         metavar="PATH",
-        help="kernel built with -K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y "
+        help="kernel built with -K CONFIG_RUST_KERNEL_DOCTESTS=y -K CONFIG_KUNIT_DEFAULT_ENABLED=y "
         "[default: <cache>/out/rust-kunit/bzImage]",
     )
 

@@ -1,5 +1,5 @@
 """Rust KUnit doctests in the guest: a kernel built with
-`-K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y` runs them at boot; the
+`-K CONFIG_RUST_KERNEL_DOCTESTS=y -K CONFIG_KUNIT_DEFAULT_ENABLED=y` runs them at boot; the
 KTAP they print is read from the kernel log through the agent and parsed into
 one result per case. `phyfarm run` builds that kernel from the patched tree
 into <run>/rust-kunit (the base's into <run>/base/rust-kunit); `make farm`
@@ -32,7 +32,7 @@ def test_rust_kunit_doctests(request, farm_env, variant, measure):
     if not k.is_file():
         pytest.skip(
             f"no KUnit kernel at {k}: build it with `phyfarm build --variant rust "
-            f"-K CONFIG_KUNIT=y -K CONFIG_RUST_KERNEL_DOCTESTS=y -o {k.parent}`"
+            f"-K CONFIG_RUST_KERNEL_DOCTESTS=y -K CONFIG_KUNIT_DEFAULT_ENABLED=y -o {k.parent}`"
         )
     farm = boot_farm(
         request,

@@ -48,7 +48,10 @@ pub struct SeriesBuildOptions {
 /// The options of the KUnit configuration: the Rust doctests and the KUnit
 /// suites, run at boot. `make test` builds the base with the same options
 /// (so both share one build tree).
-pub const KUNIT_OPTIONS: [&str; 2] = ["CONFIG_KUNIT=y", "CONFIG_RUST_KERNEL_DOCTESTS=y"];
+pub const KUNIT_OPTIONS: [&str; 2] = [
+    "CONFIG_RUST_KERNEL_DOCTESTS=y",
+    "CONFIG_KUNIT_DEFAULT_ENABLED=y",
+];
 
 use crate::run::folder::RunFolder;
 pub use crate::run::folder::KUNIT_DIR;

@@ -40,6 +40,11 @@ fn jobs(j: Option<usize>) -> usize {
     })
 }
 
+/// `phyfarm run`'s farm guests: one more than the CPUs unless given.
+fn farm_workers(n: Option<u16>) -> usize {
+    n.map_or_else(|| jobs(None) + 1, usize::from)
+}
+
 pub fn run(cli: Cli) -> Result<Outcome> {
     if let Command::Results(cmd) = cli.command {
         return crate::cli::results::run(cli.global.store, cli.global.cache, cmd);
@@ -409,7 +414,7 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
         artifacts: None,
         kernel: None,
         variant: None,
-        workers: Some(2),
+        workers: Some(farm_workers(a.workers)),
         keyword: None,
         accel: a.guest.accel,
         guest_timeout: a.guest.timeout,

@@ -55,3 +55,19 @@ fn run_defaults_to_both_variants() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn run_farm_guests_default_to_one_more_than_the_cpus() {
+    assert_eq!(farm_workers(None), jobs(None) + 1);
+    assert_eq!(farm_workers(Some(1)), 1);
+    let cli = Cli::try_parse_from(["phyfarm", "run", "-n", "3"]).unwrap();
+    match cli.command {
+        Command::Run(a) => assert_eq!(a.workers, Some(3)),
+        other => panic!("{other:?}"),
+    }
+    for bad in ["0", "x", "257"] {
+        let err = Cli::try_parse_from(["phyfarm", "run", "-n", bad]).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{bad}");
+        assert!(err.to_string().contains("--workers"), "{err}");
+    }
+}

@@ -115,8 +115,9 @@ fn remove_stale(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// What decides the base's farm results: the plan and the farm's options,
-/// the base kernels (by content), and the code of the farm, the plugin, the
+/// What decides the base's farm results: the plan and the farm's options
+/// (the number of guests at once among them: it shifts the timings), the
+/// base kernels (by content), and the code of the farm, the plugin, the
 /// emulator, the guest and the contract (by content). Two runs with the same
 /// key would run the same checks on the same kernels with the same code.
 pub fn base_key(
@@ -138,14 +139,15 @@ pub fn base_key(
         serde_json::to_string(plan).unwrap_or_default().as_bytes(),
     );
     let options = format!(
-        "keyword={:?} accel={} flaps={:?} timeout={} device={:?} variant={:?} args={:?}",
+        "keyword={:?} accel={} flaps={:?} timeout={} device={:?} variant={:?} args={:?} workers={:?}",
         opts.keyword,
         opts.accel.name(),
         opts.flaps,
         opts.guest_timeout,
         opts.device,
         opts.variant,
-        opts.pytest_args
+        opts.pytest_args,
+        opts.workers
     );
     field("options", options.as_bytes());
     let folder = crate::run::folder::RunFolder::new(artifacts);

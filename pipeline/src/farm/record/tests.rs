@@ -103,6 +103,13 @@ fn the_base_key_changes_with_each_input_and_only_then() {
     let mut o = opts();
     o.flaps = Some(3);
     assert_ne!(k3, base_key(&paths, &o, &art, &plan).unwrap());
+    let mut o = opts();
+    o.workers = Some(3);
+    assert_ne!(
+        k3,
+        base_key(&paths, &o, &art, &plan).unwrap(),
+        "more guests at once"
+    );
 }
 
 #[test]
