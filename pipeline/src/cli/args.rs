@@ -459,9 +459,10 @@ pub struct RunArgs {
     /// Parallel make jobs [default: number of CPUs]
     #[arg(short = 'j', long)]
     pub jobs: Option<usize>,
-    /// Parallel farm guests (pytest-xdist workers) [default: number of CPUs
-    /// + 1: the checks spend most of their time waiting on the guest's PHY
-    /// polling and link timers, so one guest more than cores keeps them busy]
+    /// Parallel farm guests (pytest-xdist workers) [default: the number of
+    /// CPUs plus one: the checks spend most of their time waiting on the
+    /// guest's PHY polling and link timers, so one guest more than cores
+    /// keeps them busy]
     #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: Option<u16>,
     #[command(flatten)]
