@@ -14,6 +14,9 @@ from phyfarm_farm import ktap
 from phyfarm_farm.errors import HarnessError
 from phyfarm_farm.plugin import BootSpec, boot_farm, cache_dir
 
+# On top of the farm's kernel, which has KUnit built in and off.
+KUNIT_OPTIONS = "-K CONFIG_RUST_KERNEL_DOCTESTS=y -K CONFIG_KUNIT_DEFAULT_ENABLED=y"
+
 
 def kunit_kernel(config) -> Path:
     """--kunit-kernel, else rust-kunit/bzImage beside the variants' kernels."""
@@ -32,7 +35,7 @@ def test_rust_kunit_doctests(request, farm_env, variant, measure):
     if not k.is_file():
         pytest.skip(
             f"no KUnit kernel at {k}: build it with `phyfarm build --variant rust "
-            f"-K CONFIG_RUST_KERNEL_DOCTESTS=y -K CONFIG_KUNIT_DEFAULT_ENABLED=y -o {k.parent}`"
+            f"{KUNIT_OPTIONS} -o {k.parent}`"
         )
     farm = boot_farm(
         request,
@@ -43,7 +46,7 @@ def test_rust_kunit_doctests(request, farm_env, variant, measure):
     r = farm.guest.run(["dmesg"], max_output=8 << 20)
     assert r.exit == 0, r.describe()
     cases, problems = ktap.parse(r.stdout)
-    assert cases, "the KUnit kernel printed no KTAP results (is CONFIG_KUNIT_DEFAULT_ENABLED on?)"
+    assert cases, f"the KUnit kernel printed no KTAP results (was it built with {KUNIT_OPTIONS}?)"
     for c in cases:
         request.node.user_properties.append(("subtest", c.to_json()))
     counts = {s: sum(1 for c in cases if c.status == s) for s in ("PASS", "FAIL", "SKIP")}

@@ -45,9 +45,10 @@ pub struct SeriesBuildOptions {
     pub reproducer: String,
 }
 
-/// The options of the KUnit configuration: the Rust doctests and the KUnit
-/// suites, run at boot. `make test` builds the base with the same options
-/// (so both share one build tree).
+/// The options of the KUnit configuration, on top of the farm's kernel
+/// (`pipeline/kconfig/phyfarm.config` has KUnit built in and off): the Rust
+/// doctests, and the KUnit suites run at boot. `make test` builds the base
+/// with the same options (so both share one build tree).
 pub const KUNIT_OPTIONS: [&str; 2] = [
     "CONFIG_RUST_KERNEL_DOCTESTS=y",
     "CONFIG_KUNIT_DEFAULT_ENABLED=y",
