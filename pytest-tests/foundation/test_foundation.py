@@ -23,8 +23,11 @@ def test_images_are_built_and_tagged_by_content(phyfarm, podman):
     r = phyfarm("images")
     assert r.code == 0, r.describe()
     lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.strip()}
-    assert set(lines) == {"base", "kbuild", "farm"}, r.describe()
+    assert set(lines) == {"base", "kbuild", "farm", "guest", "emulator"}, r.describe()
     assert "linux-source-6.12 6.12." in lines["kbuild"], r.describe()
+    # With the farm image: the guest image built from it, and the emulator.
+    assert lines["guest"].split()[1].endswith(".cpio"), r.describe()
+    assert lines["emulator"].split()[1].endswith("/ax88772-emu"), r.describe()
     # A second call builds nothing.
     again = phyfarm("images")
     assert again.code == 0 and "building image" not in again.stderr, again.describe()

@@ -322,6 +322,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
 
     // 2. The git scratch tree, made once per kernel version.
     let pristine = Layout::new(paths, &ctx.tc.kernel_version, Variant::Rust).src;
+    let t = Instant::now();
     if apply::copy_pristine(&pristine, &ctx.trees)? {
         info("preparing the git tree of the distro source (once per version)");
         let mut run = ctx.run(&mut log, "[series]");
@@ -340,6 +341,10 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
                 );
             }
         }
+        info(&format!(
+            "[series] the git tree is ready in {:.0} s",
+            t.elapsed().as_secs_f64()
+        ));
     }
     {
         let mut run = ctx.run(&mut log, "[series]");
@@ -419,23 +424,37 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         }
     }
 
-    // 4. Rust gates on the fully patched tree (rust variant).
-    let mut gates = Vec::new();
-    if opts.gates && opts.variants.contains(&Variant::Rust) {
-        gates = gates::rust_gates(&ctx, &s, &builds, broken)?;
-    }
+    // 4. Rust gates on the fully patched tree (rust variant), and beside
+    // them the KUnit configuration of that tree: the doctests are compiled
+    // only there, so a broken doctest fails here, with its error. The gates
+    // mostly compile one crate at a time; the KUnit build, in its own build
+    // tree and log, takes the cores they leave.
+    let rust_built = !broken
+        && builds
+            .iter()
+            .rev()
+            .find(|b| b.variant == Variant::Rust)
+            .is_some_and(|b| b.status == Status::Pass);
+    let run_gates = opts.gates && opts.variants.contains(&Variant::Rust);
+    let (gates, kunit_gate) = std::thread::scope(|scope| {
+        let kunit_job = kunit.then(|| scope.spawn(|| gates::kunit_build(&ctx, rust_built)));
+        let gates = if run_gates {
+            gates::rust_gates(&ctx, &s, &builds, broken)
+        } else {
+            Ok(Vec::new())
+        };
+        let kunit_gate = kunit_job
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("the KUnit build panicked"))?
+            })
+            .transpose();
+        (gates, kunit_gate)
+    });
+    let mut gates = gates?;
 
     let mut refused: Vec<String> = Vec::new();
-    // 4b. The KUnit configuration of the patched tree: the doctests are
-    // compiled only there, so a broken doctest fails here, with its error.
-    if kunit {
-        let rust_built = !broken
-            && builds
-                .iter()
-                .rev()
-                .find(|b| b.variant == Variant::Rust)
-                .is_some_and(|b| b.status == Status::Pass);
-        let gate = gates::kunit_build(&ctx, rust_built)?;
+    if let Some(gate) = kunit_gate? {
         if gate.status == "PASS" {
             let dir = folder.kunit();
             std::fs::create_dir_all(&dir)?;

@@ -58,7 +58,9 @@ pub struct Global {
 pub enum Command {
     /// Check every host prerequisite and print each problem with its fix
     Doctor,
-    /// Build the container images (base, kbuild, farm) if their inputs changed
+    /// Build the container images (base, kbuild, farm) if their inputs
+    /// changed; with the farm image, the farm's guest image and the
+    /// emulator's release build too, while the kbuild image builds
     Images(ImagesArgs),
     /// Build the distro kernel for a variant, or a series revision patch by patch (--series)
     Build(BuildArgs),

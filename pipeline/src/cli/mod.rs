@@ -328,7 +328,7 @@ fn images_cmd(paths: &Paths, runtime: Runtime, a: ImagesArgs) -> Result<Outcome>
         progress::info("--runtime host uses no images; nothing to build");
         return Ok(Outcome::Pass);
     }
-    let kinds = if a.only.is_empty() {
+    let mut kinds = if a.only.is_empty() {
         vec![ImageKind::Base, ImageKind::Kbuild, ImageKind::Farm]
     } else {
         a.only
@@ -339,32 +339,70 @@ fn images_cmd(paths: &Paths, runtime: Runtime, a: ImagesArgs) -> Result<Outcome>
         }
         return Ok(Outcome::Pass);
     }
-    for k in kinds {
-        let info = images::ensure(paths, k)?;
-        let key = match k {
-            ImageKind::Kbuild => info
-                .packages
-                .get(images::LINUX_SOURCE_PACKAGE)
-                .map(|v| format!("{} {v}", images::LINUX_SOURCE_PACKAGE)),
-            ImageKind::Farm => info
-                .packages
-                .get("qemu-system-x86")
-                .map(|v| format!("qemu {v}")),
-            ImageKind::Base => info
-                .packages
-                .get("base-files")
-                .map(|v| format!("base-files {v}")),
+    // The farm image before kbuild: what the farm builds from it (the guest
+    // image) and the emulator's release build, both mostly CPU, then run
+    // while the kbuild image mostly downloads packages.
+    kinds.sort_by_key(|k| match k {
+        ImageKind::Base => 0,
+        ImageKind::Farm => 1,
+        ImageKind::Kbuild => 2,
+    });
+    kinds.dedup();
+    std::thread::scope(|s| {
+        let mut farm_side = None;
+        for k in kinds {
+            let info = images::ensure(paths, k)?;
+            let key = match k {
+                ImageKind::Kbuild => info
+                    .packages
+                    .get(images::LINUX_SOURCE_PACKAGE)
+                    .map(|v| format!("{} {v}", images::LINUX_SOURCE_PACKAGE)),
+                ImageKind::Farm => info
+                    .packages
+                    .get("qemu-system-x86")
+                    .map(|v| format!("qemu {v}")),
+                ImageKind::Base => info
+                    .packages
+                    .get("base-files")
+                    .map(|v| format!("base-files {v}")),
+            }
+            .unwrap_or_default();
+            println!(
+                "{:7} {:40} {:12} {:>8}  {key}",
+                k.name(),
+                info.tag,
+                info.id.get(..12).unwrap_or(&info.id),
+                human_size(info.size_bytes)
+            );
+            if k == ImageKind::Farm {
+                farm_side = Some(s.spawn(|| build_farm_side(paths)));
+            }
         }
-        .unwrap_or_default();
-        println!(
-            "{:7} {:40} {:12} {:>8}  {key}",
-            k.name(),
-            info.tag,
-            info.id.get(..12).unwrap_or(&info.id),
-            human_size(info.size_bytes)
-        );
-    }
-    Ok(Outcome::Pass)
+        if let Some(h) = farm_side {
+            let (guest, emulator) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("the guest image's build panicked"))??;
+            println!(
+                "{:7} {:40} {:12} {:>8}  the agent, the gadget and {} programs",
+                "guest",
+                guest.path.display(),
+                guest.sha256.get(..12).unwrap_or(&guest.sha256),
+                human_size(guest.size_bytes),
+                guest.programs.len()
+            );
+            println!("{:7} {}", "emulator", emulator.display());
+        }
+        Ok(Outcome::Pass)
+    })
+}
+
+/// What every farm run needs from the farm image and the workspace: the
+/// guest image and the emulator's release build (each a no-op when up to
+/// date).
+fn build_farm_side(paths: &Paths) -> Result<(crate::guest::image::ImageRecord, PathBuf)> {
+    let emulator = crate::guest::plan::build_emulator(paths)?;
+    let guest = crate::guest::image::image(paths, None, None)?;
+    Ok((guest, emulator))
 }
 
 fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) -> Result<Outcome> {

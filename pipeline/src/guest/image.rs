@@ -385,6 +385,7 @@ pub fn image(
     agent: Option<&Path>,
     out: Option<&Path>,
 ) -> Result<ImageRecord, GuestError> {
+    let t = std::time::Instant::now();
     let (files, manifest, farm_image) = userspace(paths)?;
     let agent_path = match agent {
         Some(a) => a.to_path_buf(),
@@ -407,6 +408,11 @@ pub fn image(
         let tmp = cached.with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&tmp, &buf)?;
         std::fs::rename(&tmp, &cached)?;
+        info(&format!(
+            "guest image {} built in {:.0} s",
+            cached.display(),
+            t.elapsed().as_secs_f64()
+        ));
     }
     let path = match out {
         Some(o) => {

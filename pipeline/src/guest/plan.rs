@@ -135,9 +135,10 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
 }
 
 /// `ax88772-emu` from the workspace's release build.
-fn build_emulator(paths: &Paths) -> Result<PathBuf> {
+pub fn build_emulator(paths: &Paths) -> Result<PathBuf> {
     let bin = paths.repo.join("target/release/ax88772-emu");
     info("emulator: cargo build --release -p ax88772 --bin ax88772-emu");
+    let t = std::time::Instant::now();
     let mut cargo = std::process::Command::new("cargo");
     cargo
         .args([
@@ -168,6 +169,12 @@ fn build_emulator(paths: &Paths) -> Result<PathBuf> {
     }
     if !bin.is_file() {
         bail!("cargo build left no {}", bin.display());
+    }
+    if t.elapsed().as_secs() >= 2 {
+        info(&format!(
+            "emulator: built in {:.0} s",
+            t.elapsed().as_secs_f64()
+        ));
     }
     Ok(bin)
 }
