@@ -381,7 +381,7 @@ fn images_cmd(paths: &Paths, runtime: Runtime, a: ImagesArgs) -> Result<Outcome>
         if let Some(h) = farm_side {
             let (guest, emulator) = h
                 .join()
-                .map_err(|_| anyhow::anyhow!("the guest image's build panicked"))??;
+                .map_err(|_| anyhow::anyhow!("the guest image and emulator build panicked"))??;
             println!(
                 "{:7} {:40} {:12} {:>8}  the agent, the gadget and {} programs",
                 "guest",

@@ -195,8 +195,9 @@ mod tests {
 
     #[test]
     fn past_the_exact_limit_the_approximation_stays_close_to_the_count() {
-        // 20 x 20, the largest exact case: every U from complete separation
-        // to the middle, exact count against the normal approximation.
+        // 20 x 20, the largest exact case: every U in steps of 20, from
+        // complete separation to its reverse, exact count against the
+        // normal approximation.
         let b: Vec<f64> = (0..20).map(|i| 100.0 + i as f64).collect();
         for shift in 0..=20 {
             // The last `shift` values of `a` sit above all of `b`.
