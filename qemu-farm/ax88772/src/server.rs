@@ -139,10 +139,14 @@ fn bind_ctl(p: &std::path::Path) -> io::Result<UnixListener> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            // 0700 whatever the umask is (another thread may be binding).
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?
+        }
         Err(e) => return Err(e),
         Ok(m) => {
             if !m.is_dir() || m.uid() != uid || m.mode() & 0o077 != 0 {
@@ -539,7 +543,9 @@ impl Server {
                 }
             }
         }
-        if wire_fd.is_none() || (wire_room && ready(wire_i, libc::POLLIN | hup)) {
+        // A wire without a descriptor is read every turn, within the same
+        // back-pressure as one with.
+        if wire_room && (wire_fd.is_none() || ready(wire_i, libc::POLLIN | hup)) {
             self.read_wire();
         }
         if ready(wire_i, libc::POLLOUT) {
@@ -857,13 +863,28 @@ mod tests {
         Box::new(mock::pair().0)
     }
 
-    /// A fresh private directory for sockets.
-    fn tmpdir(name: &str) -> PathBuf {
-        use std::os::unix::fs::DirBuilderExt;
-        let d = std::env::temp_dir().join(format!("ax-server-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
-        d
+    /// A fresh private directory for sockets, removed when dropped (also
+    /// when the test fails).
+    struct TmpDir(PathBuf);
+
+    impl TmpDir {
+        fn new(name: &str) -> TmpDir {
+            use std::os::unix::fs::DirBuilderExt;
+            let d = std::env::temp_dir().join(format!("ax-server-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+            TmpDir(d)
+        }
+
+        fn join(&self, p: &str) -> PathBuf {
+            self.0.join(p)
+        }
+    }
+
+    impl Drop for TmpDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 
     /// Frames the device took from the wire, whatever became of them.
@@ -879,8 +900,8 @@ mod tests {
     }
 
     /// A server with a control socket and one client accepted on it.
-    fn ctl_rig(name: &str) -> (Server, UnixStream, PathBuf) {
-        let dir = tmpdir(name);
+    fn ctl_rig(name: &str) -> (Server, UnixStream, TmpDir) {
+        let dir = TmpDir::new(name);
         let path = dir.join("ctl.sock");
         let mut s = server(mock_wire(), UsbRole::Connected, Some(path.clone()));
         let c = UnixStream::connect(&path).unwrap();
@@ -950,7 +971,7 @@ mod tests {
 
     #[test]
     fn connecting_retries_quietly_until_the_timeout() {
-        let dir = tmpdir("connect");
+        let dir = TmpDir::new("connect");
         let addr = SockAddr::Unix(dir.join("nobody.sock"));
         let mut s = server(mock_wire(), UsbRole::Connect(addr), None);
         s.set_connect_timeout(Duration::from_secs(30));
@@ -963,12 +984,11 @@ mod tests {
         s.step().unwrap();
         *clock.lock().unwrap() = s.started + Duration::from_secs(31);
         assert!(matches!(s.step(), Err(ServerError::ConnectTimeout { .. })));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn the_wire_waits_while_qemu_does_not_read() {
-        let dir = tmpdir("backpressure");
+        let dir = TmpDir::new("backpressure");
         let path = dir.join("wire.sock");
         let wire =
             crate::wire::open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
@@ -1001,7 +1021,6 @@ mod tests {
             }
         }
         assert_eq!(rx_seen(s.dev.counters()), 1);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1030,7 +1049,7 @@ mod tests {
 
     #[test]
     fn a_request_of_exactly_the_longest_length_is_answered() {
-        let (mut s, mut c, dir) = ctl_rig("maxline");
+        let (mut s, mut c, _dir) = ctl_rig("maxline");
         let reply = exchange(&mut s, &mut c, &ping_of_length(ctl::MAX_LINE));
         assert!(reply.contains(r#""ok":true"#), "{reply}");
         let reply = exchange(&mut s, &mut c, &ping_of_length(ctl::MAX_LINE + 1));
@@ -1038,8 +1057,6 @@ mod tests {
         // The client is still served.
         let reply = exchange(&mut s, &mut c, &ping_of_length(20));
         assert!(reply.contains(r#""ok":true"#), "{reply}");
-        drop(s);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1060,8 +1077,6 @@ mod tests {
         let mut c2 = UnixStream::connect(&path).unwrap();
         let reply = exchange(&mut s, &mut c2, b"{\"cmd\":\"ping\"}\n");
         assert!(reply.contains(r#""ok":true"#), "{reply}");
-        drop(s);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn nanos(ts: libc::timespec) -> i64 {
@@ -1089,5 +1104,404 @@ mod tests {
         );
         let ts = poll_timeout(Duration::from_micros(1_250_000));
         assert_eq!((ts.tv_sec, ts.tv_nsec), (1, 0));
+    }
+
+    /// A clock the test moves by hand, starting at the server's start.
+    fn manual_clock(s: &mut Server) -> Arc<Mutex<Instant>> {
+        let clock = Arc::new(Mutex::new(s.started));
+        let c = clock.clone();
+        s.set_clock(Box::new(move || *c.lock().unwrap()));
+        clock
+    }
+
+    fn set(clock: &Arc<Mutex<Instant>>, t: Instant) {
+        *clock.lock().unwrap() = t;
+    }
+
+    #[test]
+    fn a_failed_connect_is_retried_200_ms_later_not_sooner() {
+        let dir = TmpDir::new("retry");
+        let path = dir.join("qemu.sock");
+        let addr = SockAddr::Unix(path.clone());
+        let mut s = server(mock_wire(), UsbRole::Connect(addr.clone()), None);
+        let clock = manual_clock(&mut s);
+        let t0 = s.started;
+        s.step().unwrap();
+        assert!(s.conn.is_none(), "nobody listens yet");
+        // QEMU comes up; the next try is due 200 ms after the failed one.
+        let _qemu = Listener::bind(&addr).unwrap();
+        let early = t0 + Duration::from_millis(199);
+        set(&clock, early);
+        assert_eq!(
+            s.prepare(early),
+            Duration::from_millis(1),
+            "the wait ends at the retry"
+        );
+        s.step().unwrap();
+        assert!(s.conn.is_none(), "no retry before its time");
+        set(&clock, t0 + Duration::from_millis(200));
+        s.step().unwrap();
+        assert!(s.conn.is_some(), "connected at the retry");
+    }
+
+    #[test]
+    fn the_connect_timeout_is_measured_from_the_start_and_ends_with_the_first_connection() {
+        let dir = TmpDir::new("timeout");
+        let addr = SockAddr::Unix(dir.join("qemu.sock"));
+        let mut s = server(mock_wire(), UsbRole::Connect(addr.clone()), None);
+        s.set_connect_timeout(Duration::from_secs(30));
+        let clock = manual_clock(&mut s);
+        let t0 = s.started;
+        // Exactly at the timeout it is not yet over.
+        set(&clock, t0 + Duration::from_secs(30));
+        s.step().unwrap();
+        set(
+            &clock,
+            t0 + Duration::from_secs(30) + Duration::from_millis(200),
+        );
+        assert!(matches!(s.step(), Err(ServerError::ConnectTimeout { .. })));
+
+        // Once QEMU was there, its going away is waited out without end.
+        let mut s = Server::new(
+            device(),
+            mock_wire(),
+            UsbRole::Connect(addr.clone()),
+            OnDisconnect::Wait,
+            None,
+        )
+        .unwrap();
+        s.set_connect_timeout(Duration::from_secs(30));
+        let clock = manual_clock(&mut s);
+        let qemu = Listener::bind(&addr).unwrap();
+        s.step().unwrap();
+        assert!(s.conn.is_some());
+        let peer = loop {
+            if let Some(c) = qemu.accept().unwrap() {
+                break c;
+            }
+        };
+        drop(peer);
+        drop(qemu);
+        for _ in 0..100 {
+            s.step().unwrap();
+            if s.conn.is_none() {
+                break;
+            }
+        }
+        assert!(s.conn.is_none(), "QEMU's hang-up was seen");
+        set(&clock, t0 + Duration::from_secs(3600));
+        s.step().unwrap();
+        s.step().unwrap();
+    }
+
+    #[test]
+    fn qemu_hanging_up_ends_the_server_when_told_to_exit() {
+        let (a, qemu) = UnixStream::pair().unwrap();
+        let mut s = server(mock_wire(), UsbRole::Connected, None);
+        s.attach(Conn::Unix(a));
+        s.step().unwrap();
+        assert_eq!(s.usb_backlog(), 0, "the hello is out");
+        assert!(!s.finished);
+        drop(qemu);
+        for _ in 0..10 {
+            s.step().unwrap();
+            if s.finished {
+                break;
+            }
+        }
+        assert!(s.finished, "the hang-up was read");
+        assert!(s.conn.is_none());
+    }
+
+    #[test]
+    fn input_from_qemu_stops_exactly_at_the_high_water_mark() {
+        let (a, _qemu) = UnixStream::pair().unwrap();
+        let mut s = server(mock_wire(), UsbRole::Connected, None);
+        s.attach(Conn::Unix(a));
+        assert!(s.dev.usb_room());
+        s.usb_out.resize(USB_OUT_HIGH - 1, 0);
+        assert!(s.takes_usb_input());
+        s.usb_out.resize(USB_OUT_HIGH, 0);
+        assert!(!s.takes_usb_input());
+    }
+
+    #[test]
+    fn the_wire_is_not_read_with_exactly_the_high_water_mark_queued() {
+        let (a, _qemu) = UnixStream::pair().unwrap();
+        // QEMU's side of the socket is full: nothing more can be written.
+        a.set_nonblocking(true).unwrap();
+        let junk = vec![0u8; 65536];
+        while (&a).write(&junk).is_ok() {}
+        let (wire, link) = mock::pair();
+        let mut s = server(Box::new(wire), UsbRole::Connected, None);
+        s.attach(Conn::Unix(a));
+        s.usb_out.resize(USB_OUT_HIGH, 0);
+        let mut f = vec![0xffu8; 6];
+        f.extend([0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        f.resize(60, 0);
+        link.inject(f);
+        for _ in 0..3 {
+            s.step().unwrap();
+            assert_eq!(s.usb_backlog(), USB_OUT_HIGH);
+        }
+        assert_eq!(rx_seen(s.dev.counters()), 0, "the frame waits on the wire");
+        s.usb_out.truncate(USB_OUT_HIGH - 1);
+        s.step().unwrap();
+        assert_eq!(
+            rx_seen(s.dev.counters()),
+            1,
+            "one byte below the mark, it is read"
+        );
+    }
+
+    #[test]
+    fn a_wire_without_a_descriptor_is_read_every_turn() {
+        let (wire, link) = mock::pair();
+        let mut s = server(Box::new(wire), UsbRole::Connected, None);
+        let mut f = vec![0xffu8; 6];
+        f.extend([0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        f.resize(60, 0);
+        link.inject(f);
+        s.step().unwrap();
+        assert_eq!(rx_seen(s.dev.counters()), 1);
+    }
+
+    #[test]
+    fn accepting_pauses_until_its_time() {
+        let dir = TmpDir::new("pause");
+        let ctl = dir.join("ctl.sock");
+        let usb = SockAddr::Unix(dir.join("usb.sock"));
+        let mut s = Server::new(
+            device(),
+            Box::new(crate::wire::NoWire),
+            UsbRole::Listen(usb.clone()),
+            OnDisconnect::Exit,
+            Some(ctl.clone()),
+        )
+        .unwrap();
+        let clock = manual_clock(&mut s);
+        let now = s.started;
+        let idle = s.prepare(now);
+        assert!(idle > Duration::from_millis(50), "{idle:?}");
+        s.accept_after = now;
+        assert_eq!(
+            s.prepare(now),
+            idle,
+            "a pause that is over does not shorten the wait"
+        );
+        s.accept_after = now + Duration::from_millis(50);
+        assert_eq!(s.prepare(now), Duration::from_millis(50));
+        let _c = UnixStream::connect(&ctl).unwrap();
+        let _q = Conn::connect(&usb).unwrap();
+        s.step().unwrap();
+        s.step().unwrap();
+        assert!(
+            s.ctl_clients.is_empty(),
+            "no control client during the pause"
+        );
+        assert!(s.conn.is_none(), "no QEMU during the pause");
+        set(&clock, now + Duration::from_millis(50));
+        for _ in 0..10 {
+            s.step().unwrap();
+            if s.conn.is_some() && !s.ctl_clients.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(s.ctl_clients.len(), 1);
+        assert!(s.conn.is_some());
+    }
+
+    #[test]
+    fn the_second_control_client_is_answered_on_its_own_events() {
+        let (mut s, _first, dir) = ctl_rig("two");
+        let mut second = UnixStream::connect(dir.join("ctl.sock")).unwrap();
+        for _ in 0..100 {
+            s.step().unwrap();
+            if s.ctl_clients.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(s.ctl_clients.len(), 2);
+        let reply = exchange(&mut s, &mut second, b"{\"cmd\":\"ping\"}\n");
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
+    }
+
+    #[test]
+    fn a_client_a_few_replies_behind_is_still_read() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let c = CtlClient {
+            s: a,
+            inbuf: Vec::new(),
+            out: vec![b' '; 64 * 1024],
+            discarding: false,
+            eof: false,
+            closed: false,
+        };
+        assert_eq!(c.events(), libc::POLLIN | libc::POLLOUT);
+    }
+
+    fn mode(p: &std::path::Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_control_socket_is_private_and_so_is_its_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TmpDir::new("private");
+        // A missing directory is made, 0700; the socket is 0600.
+        let p = dir.join("made/ctl.sock");
+        let l = bind_ctl(&p).unwrap();
+        assert_eq!(mode(&dir.join("made")), 0o700);
+        assert_eq!(mode(&p), 0o600);
+        drop(l);
+        // A directory others may enter is refused, and named.
+        let open = dir.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = bind_ctl(&open.join("ctl.sock")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("mode 755"), "{e}");
+        // So is a parent that is not a directory, whatever its mode.
+        let file = dir.join("file");
+        std::fs::write(&file, b"").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = bind_ctl(&file.join("ctl.sock")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("not a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_stale_control_socket_is_replaced_and_a_live_one_is_not() {
+        let dir = TmpDir::new("stale");
+        let p = dir.join("ctl.sock");
+        // A socket whose emulator is gone (the file stays behind).
+        drop(UnixListener::bind(&p).unwrap());
+        let s = server(mock_wire(), UsbRole::Connected, Some(p.clone()));
+        UnixStream::connect(&p).expect("the new socket listens");
+        // A second emulator on the same path leaves the first alone.
+        match Server::new(
+            device(),
+            mock_wire(),
+            UsbRole::Connected,
+            OnDisconnect::Exit,
+            Some(p.clone()),
+        ) {
+            Err(ServerError::Bind { source, .. }) => {
+                assert_eq!(source.kind(), io::ErrorKind::AddrInUse, "{source}")
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+            Ok(_) => panic!("a live control socket was replaced"),
+        }
+        UnixStream::connect(&p).expect("the first emulator still listens");
+        drop(s);
+        assert!(!p.exists(), "the socket is removed with its server");
+    }
+
+    /// A connection to `path` from a child process running as uid and gid
+    /// 65534: the child's exit status is 0 when the server hung up on it,
+    /// 1 when it was kept (no hang-up within 10 s), above when it could not
+    /// connect at all.
+    fn connect_as_nobody(s: &mut Server, path: &std::path::Path) -> i32 {
+        use std::os::unix::ffi::OsStrExt;
+        // Everything the child needs is made before the fork: it makes
+        // system calls only.
+        // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes = path.as_os_str().as_bytes();
+        assert!(bytes.len() < addr.sun_path.len());
+        for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+            *d = *b as libc::c_char;
+        }
+        let tv = libc::timeval {
+            tv_sec: 10,
+            tv_usec: 0,
+        };
+        // SAFETY: the child makes raw system calls only (no allocation, no
+        // locks) and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: plain system calls on values made before the fork.
+            unsafe {
+                let nobody = 65534 as libc::c_long;
+                if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                    || libc::syscall(libc::SYS_setresgid, nobody, nobody, nobody) != 0
+                    || libc::syscall(libc::SYS_setresuid, nobody, nobody, nobody) != 0
+                {
+                    libc::_exit(3);
+                }
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                if fd < 0 {
+                    libc::_exit(4);
+                }
+                if libc::connect(
+                    fd,
+                    (&addr as *const libc::sockaddr_un).cast(),
+                    std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                ) != 0
+                {
+                    libc::_exit(5);
+                }
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&tv as *const libc::timeval).cast(),
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                );
+                let mut b = 0u8;
+                let r = libc::read(fd, (&mut b as *mut u8).cast(), 1);
+                libc::_exit(if r == 0 { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        for _ in 0..400 {
+            s.step().unwrap();
+            // SAFETY: waitpid on our own child, status valid for writes.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                assert!(libc::WIFEXITED(status), "child status {status:#x}");
+                return libc::WEXITSTATUS(status);
+            }
+        }
+        // SAFETY: as above; the child is ours.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, 0);
+        }
+        panic!("the child connecting as uid 65534 did not finish");
+    }
+
+    #[test]
+    fn a_control_client_of_another_uid_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(&a), Some(me), "a socket pair's peer is us");
+        if me != 0 {
+            // Only root can connect as another uid; the check above is all
+            // that runs without it.
+            eprintln!("not root: a connection from another uid cannot be made here");
+            return;
+        }
+        let dir = TmpDir::new("otheruid");
+        let path = dir.join("ctl.sock");
+        let mut s = server(mock_wire(), UsbRole::Connected, Some(path.clone()));
+        // bind_ctl made both private; open them so that uid 65534 reaches
+        // the uid check behind them.
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            connect_as_nobody(&mut s, &path),
+            0,
+            "the server hung up on uid 65534"
+        );
+        assert!(s.ctl_clients.is_empty());
+        // Our own connections are still served.
+        let mut c = UnixStream::connect(&path).unwrap();
+        let reply = exchange(&mut s, &mut c, b"{\"cmd\":\"ping\"}\n");
+        assert!(reply.contains(r#""ok":true"#), "{reply}");
     }
 }
