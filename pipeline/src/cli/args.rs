@@ -143,6 +143,10 @@ pub struct SelftestArgs {
     /// [default: <cache>/selftest]
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: Option<PathBuf>,
+    /// Cases run at once: their kernel builds take turns, one case's farm
+    /// runs while the next builds
+    #[arg(short = 'j', long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub jobs: u16,
 }
 
 #[derive(Debug, Subcommand)]

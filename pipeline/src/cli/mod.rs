@@ -173,6 +173,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 names: a.cases,
                 quick: a.quick,
                 out: a.out.unwrap_or_else(|| paths.cache.join("selftest")),
+                jobs: a.jobs.into(),
             },
         ),
         Command::Farm(FarmCommand::Plan {

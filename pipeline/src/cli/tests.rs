@@ -71,3 +71,22 @@ fn run_farm_guests_default_to_one_more_than_the_cpus() {
         assert!(err.to_string().contains("--workers"), "{err}");
     }
 }
+
+#[test]
+fn selftest_cases_run_two_at_a_time_unless_told() {
+    let cli = Cli::try_parse_from(["phyfarm", "selftest", "--quick"]).unwrap();
+    match cli.command {
+        Command::Selftest(a) => assert_eq!(a.jobs, 2),
+        other => panic!("{other:?}"),
+    }
+    let cli = Cli::try_parse_from(["phyfarm", "selftest", "-j", "1"]).unwrap();
+    match cli.command {
+        Command::Selftest(a) => assert_eq!(a.jobs, 1),
+        other => panic!("{other:?}"),
+    }
+    for bad in ["0", "x", "17"] {
+        let err = Cli::try_parse_from(["phyfarm", "selftest", "-j", bad]).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{bad}");
+        assert!(err.to_string().contains("--jobs"), "{err}");
+    }
+}

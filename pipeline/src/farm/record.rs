@@ -261,7 +261,9 @@ pub fn keep_base(paths: &Paths, key: &str, out: &Path) {
         return;
     }
     let dir = base_cache_dir(paths, key);
-    let tmp = dir.with_extension("tmp");
+    // Runs at once (a self-test's cases) may keep the same key: each
+    // writes its own folder and renames it into place.
+    let tmp = dir.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let done = std::fs::create_dir_all(&tmp)
         .and_then(|_| std::fs::copy(out.join("results.json"), tmp.join("results.json")))

@@ -113,6 +113,9 @@ pub struct Options {
     pub names: Vec<String>,
     pub quick: bool,
     pub out: PathBuf,
+    /// Cases run at once. Their kernel builds take turns (the series tree
+    /// is locked); one case's farm runs while the next one builds.
+    pub jobs: usize,
 }
 
 pub fn run(paths: &Paths, opts: &Options) -> Result<Outcome> {
@@ -136,100 +139,179 @@ pub fn run(paths: &Paths, opts: &Options) -> Result<Outcome> {
         let _ = std::fs::remove_file(opts.out.join(f));
     }
     let exe = std::env::current_exe().context("cannot find the phyfarm binary")?;
+    // Cases start in the file's order, at most `jobs` at once, each once
+    // the one before it has built its kernels (their builds would only
+    // take turns on the series tree's lock): one case's farm runs while the
+    // next one builds. A case that measures throughput runs alone,
+    // afterwards, so that no other case's build or guests compete with its
+    // measurement. The table keeps the file's order.
+    let mut done: Vec<Option<Result<Outcome1>>> = cases.iter().map(|_| None).collect();
+    let together: Vec<usize> = (0..cases.len())
+        .filter(|&i| !runs_alone(&cases[i]))
+        .collect();
+    let apart: Vec<usize> = (0..cases.len())
+        .filter(|&i| runs_alone(&cases[i]))
+        .collect();
+    for (batch, jobs) in [(together, opts.jobs.max(1)), (apart, 1)] {
+        std::thread::scope(|scope| {
+            let mut running = Vec::new();
+            for i in batch {
+                loop {
+                    let (finished, still): (Vec<_>, Vec<_>) = std::mem::take(&mut running)
+                        .into_iter()
+                        .partition(|(_, h, _): &(usize, std::thread::ScopedJoinHandle<_>, _)| {
+                            h.is_finished()
+                        });
+                    running = still;
+                    for (j, h, _) in finished {
+                        done[j] = Some(join_case(h));
+                    }
+                    let previous_built = match running.last() {
+                        Some((j, _, since)) => built_since(&opts.out.join(&cases[*j].name), *since),
+                        None => true,
+                    };
+                    if running.len() < jobs && previous_built {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                let since = std::time::SystemTime::now();
+                let (exe, store, case) = (&exe, &store, cases[i].clone());
+                let h = scope.spawn(move || run_case(paths, exe, store, &opts.out, case));
+                running.push((i, h, since));
+            }
+            for (j, h, _) in running {
+                done[j] = Some(join_case(h));
+            }
+        });
+    }
     let mut results = Vec::new();
-    for case in cases {
-        let dir = paths
-            .repo
-            .join("patches/selftest")
-            .join(&case.name)
-            .join("v1");
-        let out = opts.out.join(&case.name);
-        info(&format!("selftest {}: {}", case.name, case.fault));
-        let started = Instant::now();
-        let mut cmd = Command::new(&exe);
-        cmd.arg("--store")
-            .arg(&store)
-            .arg("--cache")
-            .arg(&paths.cache)
-            .arg("run")
-            .arg(&dir)
-            .arg("-o")
-            .arg(&out)
-            .arg("--no-gates")
-            .arg("--variants")
-            .arg(case.variants.join(","))
-            .arg("--checks")
-            .arg(case.checks.join(","))
-            .current_dir(&paths.repo)
-            .stdin(Stdio::null());
-        let o = cmd
-            .output()
-            .with_context(|| format!("cannot run {}", exe.display()))?;
-        let text = format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        std::fs::create_dir_all(&out)?;
-        std::fs::write(out.join("selftest.log"), &text)?;
-        let state = state_of(&text, &case.name);
-        let mut problems = Vec::new();
-        if o.status.code() != Some(case.exit) {
-            problems.push(format!(
-                "exit {} (expected {})",
-                o.status.code().map_or("signal".into(), |c| c.to_string()),
-                case.exit
-            ));
+    for (case, r) in cases.iter().zip(done) {
+        match r {
+            Some(r) => results.push(r?),
+            None => bail!("selftest {}: the case did not finish", case.name),
         }
-        if state != case.state {
-            problems.push(format!(
-                "verdict {:?} (expected {:?})",
-                if state.is_empty() { "none" } else { &state },
-                case.state
-            ));
-        }
-        if case.name == "hostile-metadata" && text.contains('\u{1b}') {
-            problems.push("a terminal escape sequence from the patch reached the output".into());
-        }
-        let missing: Vec<String> = case
-            .evidence
-            .iter()
-            .filter(|e| !text.contains(e.as_str()))
-            .cloned()
-            .collect();
-        let r = Outcome1 {
-            exit: o.status.code(),
-            state,
-            missing,
-            problems,
-            evidence: evidence_line(&text, &case),
-            seconds: started.elapsed().as_secs_f64(),
-            case,
-        };
-        if r.caught() {
-            info(&format!(
-                "selftest {}: caught ({:.0} s)",
-                r.case.name, r.seconds
-            ));
-        } else {
-            warn(&format!(
-                "selftest {}: NOT as expected: {}{} (log: {})",
-                r.case.name,
-                r.problems.join("; "),
-                if r.missing.is_empty() {
-                    String::new()
-                } else {
-                    format!("; missing evidence {:?}", r.missing)
-                },
-                out.join("selftest.log").display()
-            ));
-        }
-        results.push(r);
     }
     print!("{}", table(&results));
     let ok = results.iter().all(Outcome1::caught);
     println!("{}", opts.out.display());
     Ok(if ok { Outcome::Pass } else { Outcome::Fail })
+}
+
+fn join_case(h: std::thread::ScopedJoinHandle<'_, Result<Outcome1>>) -> Result<Outcome1> {
+    h.join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("a self-test case's thread panicked")))
+}
+
+/// Whether the run in `out` has written its series build since `t`.
+fn built_since(out: &Path, t: std::time::SystemTime) -> bool {
+    std::fs::metadata(out.join("series-build.json"))
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| m >= t)
+}
+
+/// Whether a case measures throughput, and so runs with no other case.
+fn runs_alone(c: &Case) -> bool {
+    c.checks
+        .iter()
+        .any(|x| x == crate::farm::contract::THROUGHPUT_FAMILY)
+}
+
+/// One case through `phyfarm run`, checked against what it must get.
+fn run_case(
+    paths: &Paths,
+    exe: &Path,
+    store: &Path,
+    out_root: &Path,
+    case: Case,
+) -> Result<Outcome1> {
+    let dir = paths
+        .repo
+        .join("patches/selftest")
+        .join(&case.name)
+        .join("v1");
+    let out = out_root.join(&case.name);
+    info(&format!("selftest {}: {}", case.name, case.fault));
+    let started = Instant::now();
+    let mut cmd = Command::new(exe);
+    cmd.arg("--store")
+        .arg(store)
+        .arg("--cache")
+        .arg(&paths.cache)
+        .arg("run")
+        .arg(&dir)
+        .arg("-o")
+        .arg(&out)
+        .arg("--no-gates")
+        .arg("--variants")
+        .arg(case.variants.join(","))
+        .arg("--checks")
+        .arg(case.checks.join(","))
+        .current_dir(&paths.repo)
+        .stdin(Stdio::null());
+    let o = cmd
+        .output()
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(out.join("selftest.log"), &text)?;
+    let state = state_of(&text, &case.name);
+    let mut problems = Vec::new();
+    if o.status.code() != Some(case.exit) {
+        problems.push(format!(
+            "exit {} (expected {})",
+            o.status.code().map_or("signal".into(), |c| c.to_string()),
+            case.exit
+        ));
+    }
+    if state != case.state {
+        problems.push(format!(
+            "verdict {:?} (expected {:?})",
+            if state.is_empty() { "none" } else { &state },
+            case.state
+        ));
+    }
+    if case.name == "hostile-metadata" && text.contains('\u{1b}') {
+        problems.push("a terminal escape sequence from the patch reached the output".into());
+    }
+    let missing: Vec<String> = case
+        .evidence
+        .iter()
+        .filter(|e| !text.contains(e.as_str()))
+        .cloned()
+        .collect();
+    let r = Outcome1 {
+        exit: o.status.code(),
+        state,
+        missing,
+        problems,
+        evidence: evidence_line(&text, &case),
+        seconds: started.elapsed().as_secs_f64(),
+        case,
+    };
+    if r.caught() {
+        info(&format!(
+            "selftest {}: caught ({:.0} s)",
+            r.case.name, r.seconds
+        ));
+    } else {
+        warn(&format!(
+            "selftest {}: NOT as expected: {}{} (log: {})",
+            r.case.name,
+            r.problems.join("; "),
+            if r.missing.is_empty() {
+                String::new()
+            } else {
+                format!("; missing evidence {:?}", r.missing)
+            },
+            out.join("selftest.log").display()
+        ));
+    }
+    Ok(r)
 }
 
 /// One line per case: fault, expected and got, the evidence line.
@@ -277,6 +359,13 @@ mod tests {
             .map(|c| c.name.as_str())
             .collect();
         assert!(quick.contains(&"link-loss-no-reset") && quick.contains(&"panic-on-link-down"));
+        // The throughput case measures alone; the quick ones share the host.
+        let alone: Vec<&str> = cases
+            .iter()
+            .filter(|c| runs_alone(c))
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(alone, ["slow-throughput"]);
     }
 
     #[test]
