@@ -101,6 +101,13 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // An empty PHYFARM_STORE= is the same as an unset one (clap would
+    // refuse it as a missing value even beside --store).
+    for (k, v) in std::env::vars_os() {
+        if v.is_empty() && k.to_string_lossy().starts_with("PHYFARM_") {
+            std::env::remove_var(k);
+        }
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    phyfarm::cli::unset_empty_settings();
     let cli = phyfarm::cli::Cli::parse();
     match phyfarm::cli::run(cli) {
         Ok(outcome) => ExitCode::from(outcome.code()),

@@ -226,3 +226,21 @@ fn bad_input_is_one_line_exit_2_and_loses_nothing() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
     }
 }
+
+#[test]
+fn an_empty_setting_in_the_environment_is_as_if_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.sqlite");
+    import_fixtures(&store);
+    let o = Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .arg("--store")
+        .arg(&store)
+        .args(["verdict", "--json"])
+        .env("PHYFARM_STORE", "")
+        .env("PHYFARM_ACCEL", "")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("rust-phy-enum-check"), "{out}");
+}

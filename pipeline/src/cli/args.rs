@@ -330,9 +330,9 @@ pub struct TestArgs {
     /// Only this variant
     #[arg(long, value_enum)]
     pub variant: Option<Variant>,
-    /// Parallel guests (pytest-xdist workers)
-    #[arg(short = 'n', value_name = "N")]
-    pub workers: Option<usize>,
+    /// Parallel guests (pytest-xdist workers) [default: one]
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: Option<u16>,
     /// Only the checks matching this pytest -k expression
     #[arg(short = 'k', value_name = "EXPR")]
     pub keyword: Option<String>,

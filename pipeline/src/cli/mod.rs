@@ -134,7 +134,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 artifacts: a.artifacts,
                 kernel: a.kernel,
                 variant: a.variant,
-                workers: a.workers,
+                workers: a.workers.map(usize::from),
                 keyword: a.keyword,
                 accel: a.accel,
                 guest_timeout: a.guest_timeout,
@@ -271,6 +271,18 @@ fn dashboard(global: &Global, verb: &str, args: &[String]) -> Result<Outcome> {
     use std::os::unix::process::CommandExt;
     let err = dashboard_command(&bin, &store, verb, args).exec();
     Err(anyhow::anyhow!("running {}: {err}", bin.display()))
+}
+
+/// An empty `PHYFARM_*` setting (`PHYFARM_STORE=`) is the same as an unset
+/// one, as for most tools; clap would refuse it as a missing value even
+/// beside the option given on the command line. Call before parsing, while
+/// the process has one thread.
+pub fn unset_empty_settings() {
+    for (k, v) in std::env::vars_os() {
+        if v.is_empty() && k.to_string_lossy().starts_with("PHYFARM_") {
+            std::env::remove_var(k);
+        }
+    }
 }
 
 /// The dashboard's command. The store goes in the environment, not on the

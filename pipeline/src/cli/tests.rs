@@ -90,3 +90,18 @@ fn selftest_cases_run_two_at_a_time_unless_told() {
         assert!(err.to_string().contains("--jobs"), "{err}");
     }
 }
+
+#[test]
+fn test_guests_are_counted_like_the_runs() {
+    let cli = Cli::try_parse_from(["phyfarm", "test", "--artifacts", "x", "-n", "2"]).unwrap();
+    match cli.command {
+        Command::Test(a) => assert_eq!(a.workers, Some(2)),
+        other => panic!("{other:?}"),
+    }
+    for bad in ["0", "x", "257"] {
+        let err =
+            Cli::try_parse_from(["phyfarm", "test", "--artifacts", "x", "-n", bad]).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{bad}");
+        assert!(err.to_string().contains("--workers"), "{err}");
+    }
+}
