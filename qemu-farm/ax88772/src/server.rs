@@ -1214,6 +1214,37 @@ mod tests {
     }
 
     #[test]
+    fn qemus_hello_is_read_and_the_device_announced() {
+        let (a, mut qemu) = UnixStream::pair().unwrap();
+        let mut s = server(mock_wire(), UsbRole::Connected, None);
+        s.attach(Conn::Unix(a));
+        let mut guest = Codec::new(Role::Guest, OUR_CAPS);
+        let mut hello = Vec::new();
+        guest.encode_hello("qemu (test)", &mut hello).unwrap();
+        qemu.write_all(&hello).unwrap();
+        qemu.set_nonblocking(true).unwrap();
+        let mut names = Vec::new();
+        let mut buf = [0u8; 4096];
+        for _ in 0..100 {
+            s.step().unwrap();
+            while let Ok(n) = qemu.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                guest.feed(&buf[..n]);
+            }
+            while let Some(p) = guest.next_packet() {
+                names.push(p.unwrap().msg.name());
+            }
+            if names.contains(&"device_connect") {
+                break;
+            }
+        }
+        assert_eq!(names.first(), Some(&"hello"), "{names:?}");
+        assert!(names.contains(&"device_connect"), "{names:?}");
+    }
+
+    #[test]
     fn input_from_qemu_stops_exactly_at_the_high_water_mark() {
         let (a, _qemu) = UnixStream::pair().unwrap();
         let mut s = server(mock_wire(), UsbRole::Connected, None);
