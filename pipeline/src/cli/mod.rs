@@ -273,18 +273,6 @@ fn dashboard(global: &Global, verb: &str, args: &[String]) -> Result<Outcome> {
     Err(anyhow::anyhow!("running {}: {err}", bin.display()))
 }
 
-/// An empty `PHYFARM_*` setting (`PHYFARM_STORE=`) is the same as an unset
-/// one, as for most tools; clap would refuse it as a missing value even
-/// beside the option given on the command line. Call before parsing, while
-/// the process has one thread.
-pub fn unset_empty_settings() {
-    for (k, v) in std::env::vars_os() {
-        if v.is_empty() && k.to_string_lossy().starts_with("PHYFARM_") {
-            std::env::remove_var(k);
-        }
-    }
-}
-
 /// The dashboard's command. The store goes in the environment, not on the
 /// command line: a PostgreSQL URL may carry a password, and every user of
 /// the machine can read a command line (`ps`).
