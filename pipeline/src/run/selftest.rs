@@ -157,15 +157,7 @@ pub fn run(paths: &Paths, opts: &Options) -> Result<Outcome> {
             let mut running = Vec::new();
             for i in batch {
                 loop {
-                    let (finished, still): (Vec<_>, Vec<_>) = std::mem::take(&mut running)
-                        .into_iter()
-                        .partition(|(_, h, _): &(usize, std::thread::ScopedJoinHandle<_>, _)| {
-                            h.is_finished()
-                        });
-                    running = still;
-                    for (j, h, _) in finished {
-                        done[j] = Some(join_case(h));
-                    }
+                    reap(&mut running, &mut done);
                     let previous_built = match running.last() {
                         Some((j, _, since)) => built_since(&opts.out.join(&cases[*j].name), *since),
                         None => true,
@@ -196,6 +188,24 @@ pub fn run(paths: &Paths, opts: &Options) -> Result<Outcome> {
     let ok = results.iter().all(Outcome1::caught);
     println!("{}", opts.out.display());
     Ok(if ok { Outcome::Pass } else { Outcome::Fail })
+}
+
+/// A case running: its index, its thread, when it started.
+type Running<'s> = (
+    usize,
+    std::thread::ScopedJoinHandle<'s, Result<Outcome1>>,
+    std::time::SystemTime,
+);
+
+/// Take the cases in `running` that have finished into `done`.
+fn reap(running: &mut Vec<Running<'_>>, done: &mut [Option<Result<Outcome1>>]) {
+    let (finished, still) = std::mem::take(running)
+        .into_iter()
+        .partition(|(_, h, _)| h.is_finished());
+    *running = still;
+    for (j, h, _) in finished {
+        done[j] = Some(join_case(h));
+    }
 }
 
 fn join_case(h: std::thread::ScopedJoinHandle<'_, Result<Outcome1>>) -> Result<Outcome1> {
