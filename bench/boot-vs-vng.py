@@ -16,7 +16,9 @@ load drifting on the host hits both alike), --repeat rounds of each:
 Both kernels come from the same distro source through `phyfarm build`:
 phyfarm's own rust variant (<cache>/out/rust) and the same variant with the
 options virtme-ng needs (bench/vng.config, built as a -K variant into
-<cache>/out/vng). Both run the same QEMU binary (the host's, found on PATH;
+<cache>/out/vng), each checked against this checkout's fragments (a kernel
+built before a fragment changed is refused, or rebuilt with --build). Both
+run the same QEMU binary (the host's, found on PATH;
 the farm runs QEMU on the host too, the farm image only supplies the guest's
 user space) under the same accelerator: `auto` takes phyfarm's KVM probe for
 this host boot (running it if needed), else TCG. The accelerator and the
@@ -59,6 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET = 0.3
 MIN_REPEAT = 5
 VNG_CONFIG = REPO / "bench" / "vng.config"
+#: What `phyfarm build --variant rust` applies, in its order.
+FRAGMENTS = [REPO / "pipeline/kconfig" / f for f in ("phyfarm.config", "variant-rust.config")]
 #: One kernel build at a time on a host: every build this bench starts takes it.
 BUILD_LOCK = Path("/tmp/phyfarm-kernel-build.lock")
 
@@ -102,13 +106,43 @@ def build_argv(out: Path, vng: bool) -> list[str]:
     return [*argv, "-o", str(out)]
 
 
-def missing_options(kernel: Path) -> list[str] | None:
-    """The lines of bench/vng.config the kernel's .config lacks (None: no .config)."""
+def config_lines(lines: list[str]) -> dict[str, str]:
+    """CONFIG_X=v and "# CONFIG_X is not set" (as "n") lines, by option."""
+    out = {}
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith("CONFIG_") and "=" in line:
+            name, value = line.split("=", 1)
+            out[name] = value
+        elif line.startswith("# CONFIG_") and line.endswith(" is not set"):
+            out[line[2 : -len(" is not set")]] = "n"
+    return out
+
+
+def wanted_config(vng: bool) -> dict[str, str]:
+    """What the kernel's .config must hold: phyfarm's fragments for the rust
+    variant (what `phyfarm build --variant rust` applies), then for the vng
+    kernel bench/vng.config's options over them."""
+    want: dict[str, str] = {}
+    for frag in FRAGMENTS:
+        want.update(config_lines(frag.read_text().splitlines()))
+    if vng:
+        want.update(config_lines(vng_options()))
+    return want
+
+
+def stale_options(kernel: Path, vng: bool) -> list[str] | None:
+    """The options the kernel's .config does not hold as the fragments (and
+    for vng bench/vng.config) ask, spelled as asked; None: no .config."""
     config = kernel.parent / ".config"
     if not config.is_file():
         return None
-    have = set(config.read_text(errors="replace").splitlines())
-    return [o for o in vng_options() if o not in have]
+    have = config_lines(config.read_text(errors="replace").splitlines())
+    return [
+        f"{k}={v}" if v != "n" else f"# {k} is not set"
+        for k, v in wanted_config(vng).items()
+        if have.get(k, "n") != v
+    ]
 
 
 def build(out: Path, vng: bool) -> None:
@@ -145,27 +179,28 @@ def prepare_kernels(args) -> tuple[dict, dict]:
     out = cache_dir() / "out"
     pk = (args.kernel or out / "rust/bzImage").absolute()
     vk = (args.vng_kernel or out / "vng/bzImage").absolute()
-    if args.build and args.kernel is None and not pk.is_file():
-        build(pk.parent, vng=False)
-    if not pk.is_file():
-        raise CannotRun(
-            f"no phyfarm kernel {pk}: {' '.join(build_argv(pk.parent, False))} (or --build)"
-        )
-    if args.build and args.vng_kernel is None and (not vk.is_file() or missing_options(vk)):
-        build(vk.parent, vng=True)
-    if not vk.is_file():
-        raise CannotRun(
-            f"no kernel for the vng reference {vk}: "
-            f"{' '.join(build_argv(vk.parent, True))} (or --build)"
-        )
-    lacks = missing_options(vk)
-    if lacks is None:
-        raise CannotRun(f"no .config beside {vk}: cannot tell whether it has virtme-ng's options")
-    if lacks:
-        raise CannotRun(
-            f"{vk} lacks options virtme-ng needs ({', '.join(lacks)}; bench/vng.config): "
-            f"{' '.join(build_argv(vk.parent, True))}"
-        )
+    # Both kernels are checked against this checkout's fragments: a kernel
+    # built before a fragment changed boots differently from the farm's.
+    for kernel, vng, given, role in (
+        (pk, False, args.kernel, "phyfarm kernel"),
+        (vk, True, args.vng_kernel, "kernel for the vng reference"),
+    ):
+        if args.build and given is None and (not kernel.is_file() or stale_options(kernel, vng)):
+            build(kernel.parent, vng=vng)
+        again = f"{' '.join(build_argv(kernel.parent, vng))} (or --build)"
+        if not kernel.is_file():
+            raise CannotRun(f"no {role} {kernel}: {again}")
+        stale = stale_options(kernel, vng)
+        if stale is None:
+            raise CannotRun(
+                f"no .config beside the {role} {kernel}: cannot tell how it was configured"
+            )
+        if stale:
+            what = "phyfarm's fragments" + (" and bench/vng.config" if vng else "")
+            raise CannotRun(
+                f"the {role} {kernel} is not configured as {what} ask "
+                f"({', '.join(stale[:6])}{' ...' if len(stale) > 6 else ''}): {again}"
+            )
     p, v = kernel_info(pk, "phyfarm"), kernel_info(vk, "vng")
     src = lambda k: (k["kernel_package"], k["kernel_version"])  # noqa: E731
     if None in src(p) or src(p) != src(v):
@@ -383,7 +418,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--build",
         action="store_true",
-        help="build a default kernel that is missing (or lacks bench/vng.config) first",
+        help="build a default kernel that is missing, or not configured as phyfarm's "
+        "fragments (and for vng bench/vng.config) ask, first",
     )
     p.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="[auto]")
     p.add_argument("--vng", type=Path, help="the vng program [<cache>/venv/bin/vng]")

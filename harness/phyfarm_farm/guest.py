@@ -254,7 +254,9 @@ def machine_argv(
 
 
 def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
-    append = f"console=ttyS0 panic=-1 oops=panic loglevel=7 tsc=reliable {cfg.append}".strip()
+    # phyfarm's kernel command line for this machine (`phyfarm guest
+    # machine` says why each option is there), then this guest's own.
+    append = f"{machine(cfg.accel)['kernel_args']} {cfg.append}".strip()
     if cfg.tsc_khz and cfg.accel == "tcg":
         append += f" tsc_early_khz={cfg.tsc_khz}"
     v = [

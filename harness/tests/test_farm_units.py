@@ -248,6 +248,12 @@ def test_the_farm_guest_is_the_machine_phyfarm_defines(tmp_path):
     cfg = GuestConfig(kernel=Path("/k/bzImage"), initrd=Path("/i.cpio"), accel="tcg", memory_mb=384)
     full = qemu_argv(cfg, tmp_path / "c", tmp_path / "agent.sock")
     assert full[: tcg.index("-append")] == argv[: tcg.index("-append")]
+    # Its kernel command line is phyfarm's for that accelerator (no TSC rate given).
+    from phyfarm_farm import guest
+
+    cmdline = full[full.index("-append") + 1]
+    assert cmdline == guest.machine("tcg")["kernel_args"], cmdline
+    assert "noapictimer" in cmdline.split() and "tsc_early_khz" not in cmdline
 
 
 def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):

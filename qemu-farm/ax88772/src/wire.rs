@@ -789,4 +789,103 @@ mod tests {
         }
         assert!(!w.wants_write());
     }
+    #[test]
+    fn no_wire_never_delivers_nor_asks_to_be_polled() {
+        let mut w = NoWire;
+        assert_eq!(w.fd(), None);
+        for _ in 0..3 {
+            assert_eq!(w.recv().unwrap(), None);
+        }
+        w.send(&[1, 2, 3]);
+        assert_eq!(w.recv().unwrap(), None, "nothing loops back");
+        assert!(!w.wants_write());
+        assert_eq!(w.tick(), None);
+    }
+
+    /// The connecting side: a failed connect is tried again 500 ms later
+    /// and not sooner; a lost connection 200 ms later, its buffers emptied;
+    /// the descriptor to poll is the connection's once there is one.
+    #[test]
+    fn a_connecting_wire_retries_on_its_schedule() {
+        let path = tmp("retry.sock");
+        let _ = std::fs::remove_file(&path);
+        let mut w = StreamWire::new(Some(SockAddr::Unix(path.clone())), None);
+        assert_eq!(w.fd(), None, "nothing to poll before a connection");
+        assert_eq!(w.tick(), Some(Duration::from_millis(100)));
+        let before = Instant::now();
+        assert_eq!(w.recv().unwrap(), None); // nobody listens: refused
+        let after = Instant::now();
+        assert!(w.conn.is_none());
+        let wait = Duration::from_millis(500);
+        assert!(
+            w.next_try >= before + wait && w.next_try <= after + wait,
+            "retry at {:?} after the failure",
+            w.next_try - before
+        );
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        assert!(w.conn.is_none(), "connected before the retry was due");
+        assert!(l.accept().is_err(), "no connection attempt yet");
+        // The retry falls due.
+        w.next_try = Instant::now() - Duration::from_millis(1);
+        assert_eq!(w.recv().unwrap(), None);
+        let fd = w.conn.as_ref().map(|c| c.as_raw_fd());
+        assert!(fd.is_some(), "connected once due");
+        assert_eq!(w.fd(), fd, "the connection is what the event loop polls");
+        assert_eq!(w.tick(), None, "a connected wire is polled, not ticked");
+        let (mut peer, _) = l.accept().expect("the wire connected");
+        // A quiet peer (the read would block) keeps the connection.
+        assert_eq!(w.recv().unwrap(), None);
+        assert!(w.conn.is_some());
+        // Half a length prefix, then the peer goes away.
+        peer.write_all(&[0, 0]).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        assert_eq!(w.inbuf.len(), 2);
+        drop(peer);
+        let before = Instant::now();
+        assert_eq!(w.recv().unwrap(), None);
+        let after = Instant::now();
+        assert!(w.conn.is_none(), "end of stream lets the connection go");
+        assert!(w.inbuf.is_empty() && w.out.is_empty());
+        let wait = Duration::from_millis(200);
+        assert!(
+            w.next_try >= before + wait && w.next_try <= after + wait,
+            "retry at {:?} after the loss",
+            w.next_try - before
+        );
+        assert_eq!(w.fd(), None);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_listening_wire_polls_its_listener_until_a_peer_comes() {
+        let (mut w, path) = listening("poll-listen.sock");
+        let lfd = w.listener.as_ref().map(|l| l.as_raw_fd());
+        assert!(lfd.is_some());
+        assert_eq!(w.fd(), lfd);
+        assert_eq!(w.tick(), None, "the listener is polled");
+        let _peer = UnixStream::connect(&path).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        let cfd = w.conn.as_ref().map(|c| c.as_raw_fd());
+        assert!(cfd.is_some() && cfd != lfd);
+        assert_eq!(w.fd(), cfd);
+    }
+
+    /// The queue toward a peer that does not read takes a frame while it
+    /// holds at most 4 MiB, and drops (and counts) it beyond.
+    #[test]
+    fn the_stream_queue_bound_is_exactly_four_mib() {
+        let (mut w, path) = listening("bound.sock");
+        let _peer = UnixStream::connect(&path).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        assert!(w.conn.is_some());
+        w.out = vec![0; STREAM_OUT_LIMIT];
+        w.send(&[1]);
+        assert_eq!(w.dropped, 0, "4 MiB queued still takes a frame");
+        w.out = vec![0; STREAM_OUT_LIMIT + 1];
+        w.send(&[1]);
+        assert_eq!(w.dropped, 1, "over 4 MiB queued drops the frame");
+        assert_eq!(w.out.len(), STREAM_OUT_LIMIT + 1, "nothing added");
+    }
 }

@@ -134,3 +134,53 @@ fn guest_timeout_is_enforced() {
     let (end, _) = run_guest(&["sleep".into(), "30".into()], Duration::from_millis(200)).unwrap();
     assert_eq!(end, GuestEnd::TimedOut);
 }
+
+#[test]
+fn kernel_args_time_the_apic_only_under_tcg_and_start_the_guests_command_line() {
+    let tcg = kernel_args(Accel::Tcg);
+    let kvm = kernel_args(Accel::Kvm);
+    for a in [&tcg, &kvm] {
+        assert!(a.starts_with("console=ttyS0 panic=-1 oops=panic"), "{a}");
+        for opt in [
+            "retain_initrd",
+            "no_timer_check",
+            "usbcore.old_scheme_first=1",
+        ] {
+            assert!(a.split(' ').any(|w| w == opt), "{opt} missing in {a}");
+        }
+    }
+    // KVM guests keep the local APIC timer (TSC-deadline, no calibration).
+    assert!(tcg.split(' ').any(|w| w == "noapictimer"), "{tcg}");
+    assert!(!kvm.contains("noapictimer"), "{kvm}");
+    let v = qemu_argv(
+        Path::new("/k/bzImage"),
+        Path::new("/g/i.cpio"),
+        Accel::Tcg,
+        256,
+        Path::new("/o/console.log"),
+        Path::new("/o/result.txt"),
+        true,
+    );
+    let i = v.iter().position(|a| a == "-append").unwrap();
+    assert_eq!(v[i + 1], format!("{tcg} phyfarm.mode=probe"));
+    let d = machine_description(Accel::Kvm);
+    assert_eq!(d["kernel_args"], kvm);
+}
+
+#[test]
+fn the_machine_boots_qboot_when_qemu_ships_it() {
+    let t = machine_template(Accel::Tcg);
+    let bios = t.iter().position(|a| a == "-bios");
+    let d = machine_description(Accel::Tcg);
+    match firmware() {
+        Some(f) => {
+            assert!(f.ends_with("qboot.rom"), "{f:?}");
+            assert_eq!(t[bios.unwrap() + 1], f.display().to_string());
+            assert_eq!(d["firmware"], f.display().to_string());
+        }
+        None => {
+            assert_eq!(bios, None, "{t:?}");
+            assert_eq!(d["firmware"], "seabios");
+        }
+    }
+}
