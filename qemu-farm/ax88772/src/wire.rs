@@ -888,4 +888,19 @@ mod tests {
         assert_eq!(w.dropped, 1, "over 4 MiB queued drops the frame");
         assert_eq!(w.out.len(), STREAM_OUT_LIMIT + 1, "nothing added");
     }
+    /// A read that fails for another reason than "nothing yet" lets the
+    /// connection go: a unix stream peer that closes with our frames still
+    /// unread makes the next read fail with ECONNRESET.
+    #[test]
+    fn a_failed_read_lets_the_connection_go() {
+        let (mut w, path) = listening("reset.sock");
+        let peer = UnixStream::connect(&path).unwrap();
+        assert_eq!(w.recv().unwrap(), None);
+        w.send(&[1, 2, 3]);
+        assert!(!w.wants_write(), "the frame is in the peer's queue");
+        drop(peer);
+        assert_eq!(w.recv().unwrap(), None);
+        assert!(w.conn.is_none(), "a reset connection is let go");
+        assert_eq!(w.fd(), w.listener.as_ref().map(|l| l.as_raw_fd()));
+    }
 }
