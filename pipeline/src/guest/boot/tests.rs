@@ -34,17 +34,22 @@ fn judge_fails_missing_drivers() {
     assert_eq!(failed.len(), 2);
 }
 
-#[test]
-fn qemu_argv_reports_on_a_virtio_port_and_never_reboots() {
-    let v = qemu_argv(
+/// A TCG boot-check guest's QEMU command line.
+fn boot_check_argv(probe: bool) -> Vec<String> {
+    qemu_argv(
         Path::new("/k/bzImage"),
         Path::new("/g/i.cpio"),
         Accel::Tcg,
         256,
         Path::new("/o/console.log"),
         Path::new("/o/result.txt"),
-        false,
-    );
+        probe,
+    )
+}
+
+#[test]
+fn qemu_argv_reports_on_a_virtio_port_and_never_reboots() {
+    let v = boot_check_argv(false);
     let s = v.join(" ");
     assert!(s.starts_with("qemu-system-x86_64 -accel tcg"), "{s}");
     assert!(s.contains("-no-reboot"));
@@ -152,15 +157,7 @@ fn kernel_args_time_the_apic_only_under_tcg_and_start_the_guests_command_line() 
     // KVM guests keep the local APIC timer (TSC-deadline, no calibration).
     assert!(tcg.split(' ').any(|w| w == "noapictimer"), "{tcg}");
     assert!(!kvm.contains("noapictimer"), "{kvm}");
-    let v = qemu_argv(
-        Path::new("/k/bzImage"),
-        Path::new("/g/i.cpio"),
-        Accel::Tcg,
-        256,
-        Path::new("/o/console.log"),
-        Path::new("/o/result.txt"),
-        true,
-    );
+    let v = boot_check_argv(true);
     let i = v.iter().position(|a| a == "-append").unwrap();
     assert_eq!(v[i + 1], format!("{tcg} phyfarm.mode=probe"));
     let d = machine_description(Accel::Kvm);
