@@ -40,12 +40,20 @@ def host(tmp_path):
     script(bin_dir / "qemu-system-x86_64", 'echo "QEMU emulator version 7.2.22"')
     vng = script(bin_dir / "vng", 'echo "virtme-ng 1.42"')
     script(bin_dir / "virtme-run", "exit 0")
-    full = "".join(
+    # The .config lines a build from this checkout's fragments holds, and
+    # the vng kernel's with bench/vng.config's options after them.
+    fragments = [REPO / "pipeline/kconfig" / f for f in ("phyfarm.config", "variant-rust.config")]
+    ours = "".join(config_lines(f) for f in fragments)
+    full = ours + config_lines(REPO / "bench/vng.config")
+    return {"tmp": tmp_path, "bin": bin_dir, "vng": vng, "config": ours, "full_config": full}
+
+
+def config_lines(path: Path) -> str:
+    return "".join(
         line + "\n"
-        for line in (REPO / "bench/vng.config").read_text().splitlines()
-        if line and not line.startswith("#")
+        for line in path.read_text().splitlines()
+        if line.startswith("CONFIG_") or (line.startswith("# CONFIG_") and "is not set" in line)
     )
-    return {"tmp": tmp_path, "bin": bin_dir, "vng": vng, "full_config": full}
 
 
 def bench(host, *args: str) -> subprocess.CompletedProcess:
@@ -71,22 +79,32 @@ def test_no_vng_is_exit_2(host):
     refused(r, "vng (virtme-ng) is not installed")
 
 
+def test_a_phyfarm_kernel_built_before_a_fragment_changed_is_exit_2(host):
+    """The kernel timed must boot as the farm's does: one whose .config does
+    not hold what the fragments now ask is refused, the option named."""
+    config = host["config"].replace("# CONFIG_LEGACY_PTYS is not set\n", "CONFIG_LEGACY_PTYS=y\n")
+    assert config != host["config"]
+    pk = kernel(host["tmp"] / "rust", "6.12.118-1", config)
+    r = bench(host, "--vng", str(host["vng"]), "--kernel", str(pk))
+    refused(r, "is not configured as phyfarm's fragments ask (# CONFIG_LEGACY_PTYS is not set)")
+
+
 def test_no_vng_kernel_is_exit_2(host):
-    pk = kernel(host["tmp"] / "rust", "6.12.118-1", host["full_config"])
+    pk = kernel(host["tmp"] / "rust", "6.12.118-1", host["config"])
     r = bench(host, "--vng", str(host["vng"]), "--kernel", str(pk))
     refused(r, "no kernel for the vng reference")
 
 
 def test_a_kernel_without_virtme_ngs_options_is_exit_2(host):
-    pk = kernel(host["tmp"] / "rust", "6.12.118-1", host["full_config"])
+    pk = kernel(host["tmp"] / "rust", "6.12.118-1", host["config"])
     config = host["full_config"].replace("CONFIG_9P_FS=y\n", "")
     vk = kernel(host["tmp"] / "vng", "6.12.118-1", config)
     r = bench(host, "--vng", str(host["vng"]), "--kernel", str(pk), "--vng-kernel", str(vk))
-    refused(r, "lacks options virtme-ng needs (CONFIG_9P_FS=y;")
+    refused(r, "not configured as phyfarm's fragments and bench/vng.config ask (CONFIG_9P_FS=y)")
 
 
 def test_kernels_from_different_sources_are_exit_2(host):
-    pk = kernel(host["tmp"] / "rust", "6.12.118-1", host["full_config"])
+    pk = kernel(host["tmp"] / "rust", "6.12.118-1", host["config"])
     vk = kernel(host["tmp"] / "vng", "6.12.99-1", host["full_config"])
     r = bench(host, "--vng", str(host["vng"]), "--kernel", str(pk), "--vng-kernel", str(vk))
     refused(r, "not from the same distro source")
