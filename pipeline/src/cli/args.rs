@@ -306,8 +306,10 @@ pub enum GuestCommand {
     /// Print the QEMU machine every phyfarm guest is (the one `phyfarm boot`
     /// runs, confined: -sandbox, and as root the drop to the QEMU user), with
     /// the slots {kernel}, {initrd}, {memory}, {append} and {console} for the
-    /// farm to fill per guest. --json adds the confinement, the QEMU user,
-    /// QEMU's version and its reconnecting-chardev option
+    /// farm to fill per guest. --json adds the kernel command line every
+    /// guest starts {append} with, the firmware (qboot when QEMU ships it,
+    /// else seabios), the confinement, the QEMU user, QEMU's version and its
+    /// reconnecting-chardev option
     Machine {
         /// The accelerator, already resolved (the farm probes KVM first)
         #[arg(long, value_parser = resolved_accel, value_name = "kvm|tcg")]
