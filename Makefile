@@ -118,11 +118,16 @@ bench: setup phyfarm
 	$(VENV)/bin/python bench/farm-fanout.py
 	bash bench/farm-scaling.sh
 
-# Mutation testing of the emulator crates (cargo install cargo-mutants
-# --locked). Slow, so never part of `make test`; MUTANTS_ARGS narrows it,
-# e.g. MUTANTS_ARGS="--file qemu-farm/ax88772/src/pending.rs". Results in
-# target/mutants/mutants.out/ (caught.txt, missed.txt, timeout.txt,
-# unviable.txt).
+# Mutation testing of the emulator crates with cargo-mutants (installed
+# here when missing). Slow (about two hours on two cores), so never part
+# of `make test`. MUTANTS_ARGS narrows or resumes it, e.g.
+# MUTANTS_ARGS="--file qemu-farm/ax88772/src/pending.rs", or
+# MUTANTS_ARGS=--iterate to test only what the last run did not catch or
+# did not reach. Two mutants at a time: the emulator's tests wait more
+# than they compute. Results in target/mutants/mutants.out/ (caught.txt,
+# missed.txt, timeout.txt, unviable.txt, outcomes.json).
+MUTANTS_JOBS ?= 2
 .PHONY: mutants
 mutants:
-	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) mutants -p usbredir -p ax88772 -j 1 --timeout 120 --output target/mutants $(MUTANTS_ARGS)
+	$(CARGO) mutants --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-mutants@27.1.0
+	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) mutants -p usbredir -p ax88772 -j $(MUTANTS_JOBS) --timeout 40 --output target/mutants $(MUTANTS_ARGS)

@@ -118,9 +118,13 @@ impl Pcap {
 
     /// Stop; returns the number of records written. Waits at most two
     /// seconds for the writer (a stuck file is left to it).
-    pub fn finish(mut self) -> io::Result<u64> {
+    pub fn finish(self) -> io::Result<u64> {
+        self.finish_within(FINISH_WAIT)
+    }
+
+    fn finish_within(mut self, wait: Duration) -> io::Result<u64> {
         self.tx = None;
-        match self.done.recv_timeout(FINISH_WAIT) {
+        match self.done.recv_timeout(wait) {
             Ok(r) => r,
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -225,7 +229,7 @@ mod tests {
         }
         assert!(p.dropped > 0, "the queue filled and records were counted");
         assert_eq!(p.frames + p.dropped, 3 * QUEUE as u64);
-        let e = p.finish().unwrap_err();
+        let e = p.finish_within(Duration::from_millis(100)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         std::fs::remove_dir_all(&dir).unwrap();
     }

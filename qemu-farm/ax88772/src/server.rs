@@ -78,6 +78,8 @@ pub const CTL_CLIENTS_MAX: usize = 16;
 pub const CTL_OUT_HIGH: usize = 256 * 1024;
 /// How long accepting pauses when the process is out of descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// The longest the loop sleeps when nothing is due.
+const IDLE: Duration = Duration::from_millis(1000);
 
 struct CtlClient {
     s: UnixStream,
@@ -123,6 +125,7 @@ pub struct Server {
     env: CtlEnv,
     clock: Clock,
     accept_after: Instant,
+    idle: Duration,
 }
 
 /// Where the loop reads the time; tests drive the model's clock by hand.
@@ -274,6 +277,7 @@ impl Server {
             env,
             clock: Box::new(Instant::now),
             accept_after: now,
+            idle: IDLE,
         })
     }
 
@@ -407,7 +411,7 @@ impl Server {
         self.decode();
         let next = self.dev.poll(now);
         self.flush_device(now);
-        let mut timeout = Duration::from_millis(1000);
+        let mut timeout = self.idle;
         if let Some(t) = next {
             timeout = timeout.min(t.saturating_duration_since(now));
         }
@@ -994,6 +998,8 @@ mod tests {
             crate::wire::open(&WireSpec::StreamListen(SockAddr::Unix(path.clone()))).unwrap();
         let (a, _qemu) = UnixStream::pair().unwrap();
         let mut s = server(wire, UsbRole::Connected, None);
+        // Each step below sleeps its whole idle time: nothing is due.
+        s.idle = Duration::from_millis(20);
         s.attach(Conn::Unix(a));
         let mut peer = UnixStream::connect(&path).unwrap();
         // The wire takes its peer while there is room.
