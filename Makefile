@@ -130,4 +130,5 @@ MUTANTS_JOBS ?= 2
 .PHONY: mutants
 mutants:
 	$(CARGO) mutants --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-mutants@27.1.0
+	mkdir -p target/mutants
 	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) mutants -p usbredir -p ax88772 -j $(MUTANTS_JOBS) --timeout 40 --output target/mutants $(MUTANTS_ARGS)
