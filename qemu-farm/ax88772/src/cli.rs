@@ -347,4 +347,19 @@ mod tests {
         assert_ne!(mac_from_seed(1), mac_from_seed(2));
         assert_eq!(mac_from_seed(1), mac_from_seed(1));
     }
+
+    #[test]
+    fn the_partner_autonegotiates_with_pause_unless_told_otherwise() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["ax88772-emu", "--listen", "unix:usb.sock"];
+            v.extend_from_slice(extra);
+            Cli::try_parse_from(v).unwrap().settings().device.partner
+        };
+        let p = parse(&[]);
+        assert!(p.autoneg && p.pause, "{p:?}");
+        let p = parse(&["--partner-forced"]);
+        assert!(!p.autoneg && p.pause, "{p:?}");
+        let p = parse(&["--partner-no-pause"]);
+        assert!(p.autoneg && !p.pause, "{p:?}");
+    }
 }

@@ -707,4 +707,33 @@ mod tests {
             assert!(r["error"].as_str().unwrap().starts_with("bad request"));
         }
     }
+
+    #[test]
+    fn wire_delay_is_accepted_up_to_its_limit_and_not_beyond() {
+        let (mut d, t) = dev();
+        let line =
+            |l: u64, j: u64| format!(r#"{{"cmd":"impair","latency_us":{l},"jitter_us":{j}}}"#);
+        let r = ask(&mut d, t, &line(MAX_DELAY_US - 10, 10));
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["impair"]["latency_us"], MAX_DELAY_US - 10);
+        let r = ask(&mut d, t, &line(MAX_DELAY_US - 10, 11));
+        assert_eq!(r["ok"], false, "{r}");
+        assert_eq!(
+            d.impair_config().jitter_us,
+            10,
+            "the refused request changed nothing"
+        );
+    }
+
+    #[test]
+    fn a_cable_fault_at_the_port_itself_is_taken() {
+        let (mut d, t) = dev();
+        let r = ask(
+            &mut d,
+            t,
+            r#"{"cmd":"cable","state":"open","distance_m":0.0}"#,
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(d.phy_mut().snapshot().cable.state, CableState::Open);
+    }
 }
