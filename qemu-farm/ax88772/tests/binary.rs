@@ -149,6 +149,29 @@ fn listen_mode_ready_file_and_exit_on_disconnect() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// The emulator's next connection to `l`; fails the test if the emulator
+/// exits or nothing comes within 20 s.
+fn accept_within(l: &UnixListener, child: &mut Child) -> UnixStream {
+    l.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).unwrap();
+                return s;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("the emulator exited ({status}) instead of connecting");
+                }
+                assert!(Instant::now() < deadline, "the emulator never connected");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
 #[test]
 fn connect_mode_waits_and_reconnects() {
     let d = tmpdir("connect");
@@ -161,7 +184,7 @@ fn connect_mode_waits_and_reconnects() {
         "wait",
     ]);
     for _ in 0..2 {
-        let (mut s, _) = qemu.accept().unwrap();
+        let mut s = accept_within(&qemu, &mut child);
         plug_session(&mut s);
     }
     // SIGTERM ends it cleanly.

@@ -841,7 +841,8 @@ fn bulk_outs_wait_for_tx_room_and_the_device_asks_for_back_pressure() {
     t.d.set_pace_burst(Duration::ZERO);
     let data = framing::tx_transfer(&frame(MAC, 1514));
     let mut id = 1;
-    while t.d.tx_queued() < TX_QUEUE_FRAMES {
+    // One frame per transfer: this many fill the queue.
+    for _ in 0..TX_QUEUE_FRAMES {
         assert!(t.d.usb_room());
         t.send(id, bulk_out(data.clone()));
         id += 1;

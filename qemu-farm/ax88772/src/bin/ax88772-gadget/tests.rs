@@ -111,6 +111,24 @@ fn in_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     rx.recv_timeout(PATIENCE).expect("the call did not return")
 }
 
+/// The next connection to `l`, failing the test if none comes.
+fn accept_within(l: &TcpListener) -> TcpStream {
+    l.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).unwrap();
+                return s;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("no connection came: {e}"),
+        }
+    }
+}
+
 /// A fresh directory, removed on drop.
 struct TempDir(PathBuf);
 
@@ -504,11 +522,12 @@ fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
     let caps = gadget_caps();
     let mut qemu = Model::peer(qemu_end, Role::Guest, caps);
     let relay_addr = addr.clone();
-    let relay = std::thread::spawn(move || relay_on(port(relay_end), &relay_addr, PATIENCE));
+    let (ended, relay) = mpsc::channel();
+    std::thread::spawn(move || ended.send(relay_on(port(relay_end), &relay_addr, PATIENCE)));
     qemu.hello();
 
     // The first session: both hellos pass, and everything after them.
-    let (s1, _) = listener.accept().unwrap();
+    let s1 = accept_within(&listener);
     let mut one = Model::peer(s1, Role::Host, caps);
     assert_eq!(qemu_hello_read_by(&mut one).caps, caps);
     one.hello();
@@ -529,7 +548,7 @@ fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
     qemu.send(0, Message::DeviceDisconnectAck);
 
     // The next usbredirect gets QEMU's hello; its own goes no further.
-    let (s2, _) = listener.accept().unwrap();
+    let s2 = accept_within(&listener);
     let mut two = Model::peer(s2, Role::Host, caps);
     assert_eq!(qemu_hello_read_by(&mut two).caps, caps);
     two.hello();
@@ -549,7 +568,7 @@ fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
 
     // QEMU going away ends the relay.
     drop(qemu);
-    let r = relay.join().unwrap();
+    let r = relay.recv_timeout(PATIENCE).expect("the relay ended");
     assert!(r.is_ok(), "{r:?}");
     assert!(logged_anywhere("QEMU closed the port"));
 }
@@ -571,7 +590,7 @@ fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
     sh.lock().unwrap().splice.from_qemu(hello).unwrap();
     let exporter = std::thread::spawn(move || {
         for caps in [gadget_caps(), Caps::XHCI_HOST] {
-            let (s, _) = listener.accept().unwrap();
+            let s = accept_within(&listener);
             let mut e = Model::peer(s, Role::Host, caps);
             qemu_hello_read_by(&mut e);
             e.hello();
@@ -601,7 +620,8 @@ fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
 fn the_first_usbredirect_is_waited_for_within_its_limit_only() {
     let addr = refused_addr().to_string();
     let t = Instant::now();
-    let e = connect_exporter(&addr, Some(Duration::from_millis(200))).unwrap_err();
+    let a = addr.clone();
+    let e = in_thread(move || connect_exporter(&a, Some(Duration::from_millis(200)))).unwrap_err();
     assert!(t.elapsed() >= Duration::from_millis(200));
     assert!(
         format!("{e:#}").contains(&format!("cannot connect to {addr}")),
@@ -614,7 +634,7 @@ fn the_first_usbredirect_is_waited_for_within_its_limit_only() {
     let waiter = std::thread::spawn(move || connect_exporter(&addr.to_string(), None));
     std::thread::sleep(Duration::from_millis(300));
     let l = TcpListener::bind(addr).unwrap();
-    let (_s, _) = l.accept().unwrap();
+    let _s = accept_within(&l);
     assert!(waiter.join().unwrap().is_ok());
 }
 
@@ -1106,10 +1126,11 @@ fn bulk_in_reports_a_failed_write() {
     drop(tx);
     let (host, file) = records();
     drop(host);
-    log();
-    // On this thread, so that its log is this test's.
-    bulk_in(sh, BULK_IN, file, rx, (512, 1));
-    let l = log();
+    // On a thread of its own, which gives back what it logged.
+    let l = in_thread(move || {
+        bulk_in(sh, BULK_IN, file, rx, (512, 1));
+        log()
+    });
     assert!(logged(&l, "W: ep 0x82:"), "{l:?}");
 }
 
