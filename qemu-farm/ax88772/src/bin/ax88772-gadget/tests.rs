@@ -617,6 +617,81 @@ fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
 }
 
 #[test]
+fn the_relay_ends_on_a_port_that_fails_to_read() {
+    let t = TempDir::new("relayport");
+    // A directory: every read fails (EISDIR), again and again.
+    let port = Conn::Port(File::open(&t.0).unwrap());
+    let r = in_thread(move || relay_on(port, "127.0.0.1:1", Duration::from_millis(100)));
+    let e = format!("{:#}", r.unwrap_err());
+    assert!(e.contains("relay: reading the port"), "{e}");
+}
+
+#[test]
+fn a_usbredirect_session_reset_by_its_peer_ends_with_that_reason() {
+    let (qemu_end, relay_end) = UnixStream::pair().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut qemu = Model::peer(qemu_end, Role::Guest, gadget_caps());
+    let sh = Mutex::new(Relay {
+        splice: Splice::default(),
+        to_exporter: None,
+    });
+    let mut hello = Vec::new();
+    Codec::new(Role::Guest, gadget_caps())
+        .encode_hello("qemu", &mut hello)
+        .unwrap();
+    sh.lock().unwrap().splice.from_qemu(hello).unwrap();
+    let (up, device_up) = mpsc::channel();
+    let exporter = std::thread::spawn(move || {
+        // The first session is reset (RST, not FIN) once QEMU has the device.
+        let s = accept_within(&listener);
+        let mut e = Model::peer(s, Role::Host, gadget_caps());
+        qemu_hello_read_by(&mut e);
+        e.hello();
+        e.send(0, device_connect());
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: a valid socket and a linger of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                e.s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0);
+        device_up.recv_timeout(PATIENCE).unwrap();
+        drop(e);
+        // The second offers other capabilities: the relay ends there.
+        let s = accept_within(&listener);
+        let mut e = Model::peer(s, Role::Host, Caps::XHCI_HOST);
+        qemu_hello_read_by(&mut e);
+        e.hello();
+        e.send(0, device_connect());
+        e
+    });
+    let relay =
+        std::thread::spawn(move || exporter_sessions(&sh, &addr, port(relay_end), PATIENCE));
+    assert!(matches!(next_msg(&mut qemu), Message::Hello(_)));
+    assert_eq!(next_msg(&mut qemu), device_connect());
+    up.send(()).unwrap();
+    assert_eq!(next_msg(&mut qemu), Message::DeviceDisconnect);
+    let err = in_thread(move || relay.join().unwrap()).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("new session offers capabilities"),
+        "{err:#}"
+    );
+    assert!(logged_anywhere(
+        "usbredirect session 1 ended (Connection reset by peer"
+    ));
+    drop(exporter.join().unwrap());
+}
+
+#[test]
 fn the_first_usbredirect_is_waited_for_within_its_limit_only() {
     let addr = refused_addr().to_string();
     let t = Instant::now();
