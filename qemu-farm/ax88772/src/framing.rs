@@ -177,6 +177,16 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_of_a_split_frame_is_followed_by_the_next_frame() {
+        let mut t = tx_transfer(&frame(100));
+        t.extend(tx_transfer(&frame(60)));
+        let mut p = TxParser::default();
+        assert!(p.push(&t[..50]).frames.is_empty());
+        assert_eq!(p.push(&t[50..]).frames, vec![frame(100), frame(60)]);
+        assert_eq!(p.pending(), 0);
+    }
+
+    #[test]
     fn bad_header_drops_the_rest() {
         let mut t = vec![0x10, 0x00, 0x00, 0x00];
         t.extend(tx_transfer(&frame(20)));
