@@ -191,4 +191,64 @@ mod tests {
         assert_eq!(i.apply(true, &mut [0; 4]), Fate::Pass);
         assert_eq!(i.apply(false, &mut [0; 4]), Fate::Dropped);
     }
+
+    fn delays(cfg: ImpairConfig, tx: bool) -> Vec<u64> {
+        let mut i = Impair::new(cfg);
+        (0..200).map(|_| i.delay(tx).as_micros() as u64).collect()
+    }
+
+    #[test]
+    fn a_delay_is_the_latency_plus_a_jitter_drawn_over_its_whole_range() {
+        let cfg = |latency_us, jitter_us| ImpairConfig {
+            latency_us,
+            jitter_us,
+            seed: 1,
+            ..Default::default()
+        };
+        let d = delays(cfg(100, 10), true);
+        assert_eq!(
+            (d.iter().min(), d.iter().max()),
+            (Some(&100), Some(&110)),
+            "{d:?}"
+        );
+        let d = delays(cfg(0, 10), true);
+        assert_eq!((d.iter().min(), d.iter().max()), (Some(&0), Some(&10)));
+        assert!(delays(cfg(100, 0), true).iter().all(|&x| x == 100));
+        assert!(delays(cfg(0, 0), true).iter().all(|&x| x == 0));
+        // Only in the direction configured.
+        let rx_only = ImpairConfig {
+            direction: Direction::Rx,
+            ..cfg(100, 0)
+        };
+        assert!(delays(rx_only.clone(), true).iter().all(|&x| x == 0));
+        assert!(delays(rx_only, false).iter().all(|&x| x == 100));
+    }
+
+    #[test]
+    fn corruption_comes_at_its_rate_and_flips_one_bit_anywhere_in_the_frame() {
+        let mut i = Impair::new(ImpairConfig {
+            corrupt: 0.5,
+            seed: 7,
+            ..Default::default()
+        });
+        let mut corrupted = 0;
+        let mut where_ = std::collections::BTreeSet::new();
+        for _ in 0..1000 {
+            // All ones: a flip is a cleared bit, whichever way it is made.
+            let mut f = [0xffu8; 64];
+            match i.apply(true, &mut f) {
+                Fate::Corrupted => {
+                    corrupted += 1;
+                    let changed: Vec<usize> = (0..f.len()).filter(|&k| f[k] != 0xff).collect();
+                    assert_eq!(changed.len(), 1, "{f:?}");
+                    assert_eq!(f[changed[0]].count_ones(), 7, "{f:?}");
+                    where_.insert(changed[0]);
+                }
+                Fate::Pass => assert_eq!(f, [0xff; 64]),
+                Fate::Dropped => panic!("no loss was asked for"),
+            }
+        }
+        assert!((400..600).contains(&corrupted), "{corrupted} of 1000");
+        assert!(where_.len() > 48, "bits flipped in only {where_:?}");
+    }
 }
