@@ -380,3 +380,79 @@ impl Link {
             .then_some(self.an_done_at)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Register bits as IEEE 802.3 clause 22 numbers them.
+    const BMCR_SPEED100: u16 = 0x2000;
+    const BMCR_ANENABLE: u16 = 0x1000;
+    const BMCR_FULLDPLX: u16 = 0x0100;
+    const ADV_CSMA: u16 = 0x0001;
+    const ADV_10: u16 = 0x0020 | 0x0040;
+    const ADV_100HALF: u16 = 0x0080;
+
+    fn partner(autoneg: bool, modes: &[LinkMode]) -> Partner {
+        Partner {
+            autoneg,
+            modes: modes.to_vec(),
+            ..Partner::default()
+        }
+    }
+
+    /// The link's state right after autonegotiation (re)started with `c`.
+    fn status(p: Partner, c: Controls) -> Status {
+        let now = Instant::now();
+        let mut l = Link::new(now, c);
+        l.partner = p;
+        l.restart(c.adv);
+        l.compute(c)
+    }
+
+    fn controls(bmcr: u16, adv: u16) -> Controls {
+        Controls {
+            bmcr,
+            adv,
+            held_in_reset: false,
+        }
+    }
+
+    #[test]
+    fn a_partner_advertising_asymmetric_pause_says_so_in_lpa() {
+        let p = Partner {
+            autoneg: true,
+            modes: vec![LinkMode::Full100],
+            pause: true,
+            asym_pause: true,
+        };
+        // LPACK, ASYM, PAUSE, 100FULL, CSMA.
+        assert_eq!(p.lpa(), 0x4000 | 0x0800 | 0x0400 | 0x0100 | 0x0001);
+    }
+
+    #[test]
+    fn a_forced_speed_links_only_with_a_partner_offering_that_speed() {
+        let forced100 = controls(BMCR_SPEED100 | BMCR_FULLDPLX, ADV_CSMA | ADV_10);
+        let up = status(partner(true, &[LinkMode::Half100]), forced100);
+        assert_eq!(
+            (up.state, up.mode),
+            (PhyState::LinkUp, Some(LinkMode::Full100))
+        );
+        let down = status(partner(true, &[LinkMode::Full10]), forced100);
+        assert_eq!(down.state, PhyState::LinkDown);
+    }
+
+    #[test]
+    fn parallel_detection_needs_the_partners_speed_in_our_advertisement() {
+        let forced_partner = partner(false, &[LinkMode::Full100]);
+        let an = |adv| controls(BMCR_ANENABLE, adv);
+        let up = status(forced_partner.clone(), an(ADV_CSMA | ADV_100HALF));
+        assert_eq!(
+            (up.state, up.mode),
+            (PhyState::LinkUp, Some(LinkMode::Half100)),
+            "parallel detection gives half duplex"
+        );
+        let down = status(forced_partner, an(ADV_CSMA | ADV_10));
+        assert_eq!(down.state, PhyState::LinkDown);
+    }
+}
