@@ -153,7 +153,7 @@ fn admit_line(
         return;
     }
     if held > 0 && !push(format!("W: {held} log lines suppressed\n")) {
-        lim.lost();
+        lim.suppressed += held;
     }
     if !push(format!("{tag}: {args}\n")) {
         lim.lost();
@@ -283,6 +283,22 @@ mod tests {
     }
 
     #[test]
+    fn the_lines_a_refused_report_stood_for_are_reported_again() {
+        let t = Instant::now();
+        let mut l = Limiter::new(t, 10.0, 5.0);
+        admit_line(&mut l, t, 'W', format_args!("lost"), |_| false);
+        // The report of that line and the next line are refused too: the
+        // next report still counts both lines.
+        admit_line(&mut l, t, 'W', format_args!("lost too"), |_| false);
+        let mut out = Vec::new();
+        admit_line(&mut l, t, 'I', format_args!("kept"), |line| {
+            out.push(line);
+            true
+        });
+        assert_eq!(out, ["W: 2 log lines suppressed\n", "I: kept\n"]);
+    }
+
+    #[test]
     fn flush_returns_at_once_when_nothing_is_queued() {
         let queued = AtomicUsize::new(0);
         wait_drained(&queued, Duration::from_secs(3600), || {
@@ -315,5 +331,9 @@ mod tests {
         let h = hex(&[0u8; 4096]);
         assert!(h.ends_with(" ... (4096 bytes)"), "{h}");
         assert_eq!(h.matches("00").count(), HEX_MAX);
+        // Exactly the cap: all of it, and nothing counted.
+        let h = hex(&vec![0u8; HEX_MAX]);
+        assert_eq!(h.matches("00").count(), HEX_MAX);
+        assert!(!h.contains("..."), "{h}");
     }
 }
