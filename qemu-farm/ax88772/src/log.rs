@@ -332,7 +332,7 @@ mod tests {
         assert!(h.ends_with(" ... (4096 bytes)"), "{h}");
         assert_eq!(h.matches("00").count(), HEX_MAX);
         // Exactly the cap: all of it, and nothing counted.
-        let h = hex(&vec![0u8; HEX_MAX]);
+        let h = hex(&[0u8; HEX_MAX]);
         assert_eq!(h.matches("00").count(), HEX_MAX);
         assert!(!h.contains("..."), "{h}");
     }
