@@ -179,3 +179,96 @@ impl Drop for Listener {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A fresh private directory, removed when dropped.
+    struct TmpDir(PathBuf);
+
+    impl TmpDir {
+        fn new(name: &str) -> TmpDir {
+            let d = std::env::temp_dir().join(format!("ax-net-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            TmpDir(d)
+        }
+    }
+
+    impl Drop for TmpDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn non_blocking(c: &Conn) -> bool {
+        // SAFETY: F_GETFL on a descriptor `c` owns.
+        let fl = unsafe { libc::fcntl(c.as_raw_fd(), libc::F_GETFL) };
+        assert!(fl >= 0);
+        fl & libc::O_NONBLOCK != 0
+    }
+
+    /// `c`'s descriptor is its socket's own.
+    fn fd_is(c: &Conn) {
+        let inner = match c {
+            Conn::Unix(s) => s.as_raw_fd(),
+            Conn::Tcp(s) => s.as_raw_fd(),
+        };
+        assert_eq!(c.as_raw_fd(), inner);
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_looked_at_is_an_error_not_a_free_place() {
+        let d = TmpDir::new("notdir");
+        let file = d.0.join("file");
+        std::fs::write(&file, "").unwrap();
+        // Under a regular file: ENOTDIR, not "nothing there".
+        let e = remove_stale_socket(&file.join("sock"), true).unwrap_err();
+        assert_ne!(e.kind(), io::ErrorKind::NotFound);
+        remove_stale_socket(&d.0.join("nothing"), true).unwrap();
+    }
+
+    #[test]
+    fn a_socket_that_answers_a_probe_with_an_error_is_left_in_place() {
+        let d = TmpDir::new("wrongtype");
+        let p = d.0.join("s");
+        let _live = UnixListener::bind(&p).unwrap();
+        // A datagram probe of a stream socket fails (EPROTOTYPE), which
+        // does not show the socket is stale.
+        assert!(remove_stale_socket(&p, false).is_err());
+        assert!(p.exists(), "the socket was removed");
+    }
+
+    #[test]
+    fn a_listener_accepts_a_connection_both_ways_without_blocking() {
+        let d = TmpDir::new("accept");
+        let a = SockAddr::Unix(d.0.join("l.sock"));
+        let l = Listener::bind(&a).unwrap();
+        assert!(l.accept().unwrap().is_none(), "nobody connected yet");
+        let mut client = Conn::connect(&a).unwrap();
+        let mut server = l.accept().unwrap().expect("the pending connection");
+        fd_is(&client);
+        fd_is(&server);
+        let lfd = match &l {
+            Listener::Unix(u, _) => u.as_raw_fd(),
+            Listener::Tcp(t) => t.as_raw_fd(),
+        };
+        assert_eq!(l.as_raw_fd(), lfd);
+        assert_eq!(client.write(b"hello").unwrap(), 5);
+        let mut buf = [0u8; 16];
+        assert_eq!(server.read(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"hello");
+        assert!(non_blocking(&client) && non_blocking(&server));
+    }
+
+    #[test]
+    fn a_tcp_connection_is_non_blocking_too() {
+        let l = Listener::bind(&SockAddr::Inet("127.0.0.1:0".into())).unwrap();
+        let mut c = Conn::connect(&SockAddr::Inet(l.local_addr())).unwrap();
+        fd_is(&c);
+        assert!(non_blocking(&c));
+        assert_eq!(c.write(b"ab").unwrap(), 2);
+    }
+}
