@@ -573,12 +573,14 @@ fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
     assert!(logged_anywhere("QEMU closed the port"));
 }
 
-#[test]
-fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
+/// What `exporter_sessions` starts from: QEMU's end of the port (its
+/// hello already read by the relay), the relay's end, the relay's state,
+/// and a listener standing in for usbredirect, with its address.
+fn relay_after_qemus_hello() -> (Model, UnixStream, Mutex<Relay>, TcpListener, String) {
     let (qemu_end, relay_end) = UnixStream::pair().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let mut qemu = Model::peer(qemu_end, Role::Guest, gadget_caps());
+    let qemu = Model::peer(qemu_end, Role::Guest, gadget_caps());
     let sh = Mutex::new(Relay {
         splice: Splice::default(),
         to_exporter: None,
@@ -588,6 +590,12 @@ fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
         .encode_hello("qemu", &mut hello)
         .unwrap();
     sh.lock().unwrap().splice.from_qemu(hello).unwrap();
+    (qemu, relay_end, sh, listener, addr)
+}
+
+#[test]
+fn the_relay_refuses_a_usbredirect_with_other_capabilities() {
+    let (mut qemu, relay_end, sh, listener, addr) = relay_after_qemus_hello();
     let exporter = std::thread::spawn(move || {
         for caps in [gadget_caps(), Caps::XHCI_HOST] {
             let s = accept_within(&listener);
@@ -628,19 +636,7 @@ fn the_relay_ends_on_a_port_that_fails_to_read() {
 
 #[test]
 fn a_usbredirect_session_reset_by_its_peer_ends_with_that_reason() {
-    let (qemu_end, relay_end) = UnixStream::pair().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let mut qemu = Model::peer(qemu_end, Role::Guest, gadget_caps());
-    let sh = Mutex::new(Relay {
-        splice: Splice::default(),
-        to_exporter: None,
-    });
-    let mut hello = Vec::new();
-    Codec::new(Role::Guest, gadget_caps())
-        .encode_hello("qemu", &mut hello)
-        .unwrap();
-    sh.lock().unwrap().splice.from_qemu(hello).unwrap();
+    let (mut qemu, relay_end, sh, listener, addr) = relay_after_qemus_hello();
     let (up, device_up) = mpsc::channel();
     let exporter = std::thread::spawn(move || {
         // The first session is reset (RST, not FIN) once QEMU has the device.
