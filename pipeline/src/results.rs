@@ -168,6 +168,7 @@ impl std::str::FromStr for RevisionRef {
 
 /// What the store needs to know about a revision to record it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RevisionInfo {
     /// Series name (the folder under `patches/`).
     pub series: String,
@@ -184,6 +185,7 @@ pub struct RevisionInfo {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PatchInfo {
     pub position: u32,
     pub subject: String,
@@ -241,6 +243,7 @@ impl RevisionInfo {
 
 /// Where a run ran. Two runs are comparable when [`Environment::key`] matches.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Environment {
     /// `kvm` or `tcg`.
     pub accelerator: String,
@@ -269,6 +272,7 @@ impl Environment {
 
 /// A kernel build: the base tree (`patch: None`) or the tree after patch N.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BuildResult {
     /// None: the unpatched base; Some(n): with patches 1..=n applied.
     pub patch: Option<u32>,
@@ -302,6 +306,7 @@ impl BuildResult {
 /// One check. A retry is a second `TestResult` with the same path and
 /// variant and `attempt: 1` (it is the retry of attempt 0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TestResult {
     /// Dotted KCIDB path: `farm.throughput.tcp_tx`, `gate.rustfmtcheck`.
     pub path: String,
@@ -322,6 +327,7 @@ pub struct TestResult {
 
 /// A number with its repeated samples (e.g. iperf3 intervals or repeats).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Measurement {
     /// Dotted path, like the test that produced it: `farm.throughput.tcp_tx`.
     pub name: String,
@@ -340,6 +346,7 @@ pub struct Measurement {
 
 /// One pass of the pipeline: the content of a `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Run {
     pub schema: u32,
     /// Unique across the store, e.g. `20260612T101500Z-v8-1a2b3c`.

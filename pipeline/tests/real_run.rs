@@ -46,11 +46,19 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A copy of the fixture's farm results with `edit` applied to its tests.
+/// A copy of the fixture's farm results with `edit` applied to its tests,
+/// its counts kept the tally of its tests (as the harness writes them).
 fn edited(dir: &Path, edit: impl FnOnce(&mut Vec<serde_json::Value>)) -> PathBuf {
     let text = std::fs::read_to_string(fixture().join("farm/results.json")).unwrap();
     let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     edit(doc["tests"].as_array_mut().unwrap());
+    let mut counts = serde_json::Map::new();
+    for t in doc["tests"].as_array().unwrap() {
+        let s = t["status"].as_str().unwrap().to_string();
+        let n = counts.get(&s).and_then(|n| n.as_u64()).unwrap_or(0);
+        counts.insert(s, (n + 1).into());
+    }
+    doc["counts"] = counts.into();
     let farm = dir.join("farm");
     std::fs::create_dir_all(&farm).unwrap();
     std::fs::write(farm.join("results.json"), doc.to_string()).unwrap();
@@ -144,4 +152,100 @@ fn an_unplanned_id_is_refused_and_nothing_is_recorded() {
         !fixture().join("results.json").exists(),
         "the fixture folder is input only"
     );
+}
+
+/// A copy of the fixture's series-build.json with `edit` applied, as the
+/// folder of a `--build`.
+fn forged_build(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let text = std::fs::read_to_string(fixture().join("series-build.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut doc);
+    let build = dir.join("build");
+    std::fs::create_dir_all(&build).unwrap();
+    std::fs::write(build.join("series-build.json"), doc.to_string()).unwrap();
+    build
+}
+
+fn record_with(store: &Path, build: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .arg("--store")
+        .arg(store)
+        .arg("record")
+        .arg("-o")
+        .arg(store.with_extension("out"))
+        .arg("--series")
+        .arg(series())
+        .arg("--build")
+        .arg(build)
+        .arg("--farm")
+        .arg(fixture().join("farm"))
+        .arg("--farm")
+        .arg(fixture().join("farm-throughput"))
+        .env_remove("PHYFARM_STORE")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_series_build_claiming_another_revision_is_refused_and_nothing_is_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("r.sqlite");
+    type Edit = fn(&mut serde_json::Value);
+    let claims: [(&str, Edit); 3] = [
+        ("series.version", |doc| doc["series"]["version"] = 99.into()),
+        ("series.patchset_hash", |doc| {
+            doc["series"]["patchset_hash"] = "0".repeat(64).into()
+        }),
+        ("series.patches[0].patch_id", |doc| {
+            doc["series"]["patches"][0]["patch_id"] = "f".repeat(40).into()
+        }),
+    ];
+    for (field, edit) in claims {
+        let build = forged_build(d.path(), edit);
+        let o = record_with(&store, &build);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{field}: {out}");
+        let line = format!("{}: {field}:", build.join("series-build.json").display());
+        assert!(out.contains(&line), "{field}: {out}");
+        assert!(
+            !store.exists(),
+            "{field}: a refused artifact recorded something"
+        );
+    }
+}
+
+#[test]
+fn a_superseded_revision_gets_no_new_runs() {
+    let d = tempfile::tempdir().unwrap();
+    // The real v8's revision run, renamed v9 of the same change, recorded
+    // as if a newer revision had been tested.
+    let first = d.path().join("first.sqlite");
+    let o = record(&first, &fixture().join("farm"));
+    let results = first.with_extension("out").join("results.json");
+    assert!(results.is_file(), "{}", text(&o));
+    let mut run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    run["id"] = "v9-run".into();
+    run["revision"]["version"] = 9.into();
+    run["revision"]["patchset_hash"] = "9".repeat(64).into();
+    let v9 = d.path().join("v9.json");
+    std::fs::write(&v9, run.to_string()).unwrap();
+    let store = d.path().join("r.sqlite");
+    let o = Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .arg("--store")
+        .arg(&store)
+        .args(["store", "import"])
+        .arg(&v9)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let before = std::fs::read(&store).unwrap();
+    let o = record(&store, &fixture().join("farm"));
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("rust-phy-enum-check/v8 is superseded by rust-phy-enum-check/v9"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&store).unwrap(), before, "the store changed");
 }

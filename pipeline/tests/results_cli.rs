@@ -244,3 +244,59 @@ fn an_empty_setting_in_the_environment_is_as_if_unset() {
     assert!(o.status.success(), "{err}");
     assert!(out.contains("rust-phy-enum-check"), "{out}");
 }
+
+#[test]
+fn an_import_is_all_or_nothing_and_refuses_what_record_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("r.sqlite");
+    let f = fixtures();
+    let v8: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(f.join("v8.json")).unwrap()).unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    let forgeries: [(&str, Edit); 3] = [
+        // A field phyfarm does not know (a verdict the run claims for itself).
+        ("unknown field `verdict`", |v| v["verdict"] = "PASS".into()),
+        ("tests[0].path", |v| {
+            v["tests"][0]["path"] = "farm.harness.no_process_outlives".into()
+        }),
+        ("revision.series", |v| v["revision"]["series"] = "..".into()),
+    ];
+    for (field, edit) in forgeries {
+        let mut doc = v8.clone();
+        edit(&mut doc);
+        let forged = dir.path().join("forged.json");
+        std::fs::write(&forged, doc.to_string()).unwrap();
+        // The good file first: the forged one takes it back.
+        let o = phyfarm(
+            &store,
+            &[
+                "store",
+                "import",
+                f.join("base.json").to_str().unwrap(),
+                forged.to_str().unwrap(),
+            ],
+        );
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{field}: {err}");
+        assert!(
+            err.contains("forged.json") && err.contains(field),
+            "{field}: {err}"
+        );
+        assert!(
+            !store.exists(),
+            "{field}: a refused import recorded something"
+        );
+    }
+    // Two files with one run id: neither is recorded.
+    let o = phyfarm(
+        &store,
+        &[
+            "store",
+            "import",
+            f.join("base.json").to_str().unwrap(),
+            f.join("base.json").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
+    assert!(!store.exists());
+}

@@ -125,6 +125,14 @@ pub struct RecordArgs {
     /// The farm check families the matrix planned [default: every check]
     #[arg(long, value_delimiter = ',', value_name = "CHECK")]
     pub checks: Vec<String>,
+    /// The default branch's patches/ folder: a series it holds (same
+    /// folder, name or change-id) gets revisions only from the `owners` of
+    /// its series.toml there (with --author)
+    #[arg(long, value_name = "DIR", requires = "author")]
+    pub owners_from: Option<PathBuf>,
+    /// Who opened the pull request, `github:<login>` (with --owners-from)
+    #[arg(long, value_name = "WHO", requires = "owners_from")]
+    pub author: Option<String>,
     /// Where results.json and results-base.json of the assembled runs go
     /// [default: <cache>/runs/<series>-v<N>-record]
     #[arg(short = 'o', long = "out", value_name = "OUT")]

@@ -152,7 +152,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 Some(o) => o,
                 None => {
                     let s = crate::ingest::series::load(&a.series)?;
-                    let name = crate::run::record::series_name(&a.series);
+                    let name = crate::run::record::series_name(&a.series)?;
                     paths
                         .runs_dir()
                         .join(format!("{name}-v{}-record", s.version))
@@ -161,10 +161,13 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             crate::run::record_parts(
                 &out,
                 &crate::store::store_path(cli.global.store.clone(), Some(paths.cache.clone()))?,
-                &a.series,
-                &a.builds,
-                &a.farms,
-                &a.checks,
+                &crate::run::RecordParts {
+                    series: a.series,
+                    builds: a.builds,
+                    farms: a.farms,
+                    checks: a.checks,
+                    owners: a.owners_from.zip(a.author),
+                },
             )
         }
         Command::Selftest(a) => crate::run::selftest::run(

@@ -54,6 +54,7 @@ impl fmt::Display for State {
 
 /// One stored state change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Transition {
     pub at: Timestamp,
     pub state: State,
@@ -88,6 +89,7 @@ impl ReviewKind {
 /// An ack or a nack. A reviewer's latest word counts: an ack after their
 /// own nack withdraws it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Review {
     pub at: Timestamp,
     pub by: String,

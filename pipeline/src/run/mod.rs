@@ -7,6 +7,7 @@
 pub mod folder;
 pub mod record;
 pub mod selftest;
+pub mod trust;
 
 use std::path::{Path, PathBuf};
 
@@ -153,7 +154,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     }
     let state = record(
         &opts.store,
-        &dir,
+        &record::series_name(&dir)?,
         &out,
         &out,
         &summary,
@@ -176,28 +177,56 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     )
 }
 
+/// What `phyfarm record` assembles: a revision built and tested in parts.
+#[derive(Debug, Clone, Default)]
+pub struct RecordParts {
+    /// The revision, parsed by phyfarm: the only source of its identity.
+    pub series: PathBuf,
+    /// `phyfarm build --series` output folders (one per variant).
+    pub builds: Vec<PathBuf>,
+    /// `phyfarm test` output folders (one per matrix job).
+    pub farms: Vec<PathBuf>,
+    /// Check families planned [empty: the whole plan].
+    pub checks: Vec<String>,
+    /// The default branch's `patches/` and the pull request's author
+    /// (`github:<login>`): a series held there gets revisions only from its
+    /// owners.
+    pub owners: Option<(PathBuf, String)>,
+}
+
 /// `phyfarm record`: a revision built and tested in parts (a CI matrix of
 /// variant builds and variant x check-group farm runs), assembled into one
-/// revision run against the plan and recorded with its verdict.
-pub fn record_parts(
-    out: &Path,
-    store: &Path,
-    dir: &Path,
-    builds: &[PathBuf],
-    farms: &[PathBuf],
-    checks: &[String],
-) -> Result<Outcome> {
-    crate::ingest::series::load(dir)?;
+/// revision run against the plan and recorded with its verdict. The
+/// artifacts are evidence: each series-build.json must describe the series
+/// parsed from `--series` (else refused, naming the file and field), and
+/// the revision's identity is taken from that parse alone.
+pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Outcome> {
+    let dir = &parts.series;
+    let parsed = crate::ingest::series::load(dir)?;
+    let name = record::series_name(dir)?;
+    if let Some((patches, author)) = &parts.owners {
+        trust::check_owner(patches, dir, &name, &parsed, author)?;
+    }
     let mut merged: Option<series_build::SeriesBuild> = None;
-    for b in builds {
+    for b in &parts.builds {
         let file = RunFolder::new(b).series_build();
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-        let part: series_build::SeriesBuild = serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{}: not a series-build.json: {e}", file.display()))?;
+        let mut part = trust::load_build(&file)?;
+        trust::check_build(&file, &part, &parsed, dir)?;
+        part.series = parsed.clone();
         merged = Some(match merged.take() {
             None => part,
             Some(mut m) => {
+                if m.kernel_version != part.kernel_version {
+                    return Err(trust::TrustError::Inconsistent {
+                        file,
+                        field: "kernel_version".into(),
+                        reason: format!(
+                            "{:?}, but another build of this revision has {:?}",
+                            part.kernel_version, m.kernel_version
+                        ),
+                    }
+                    .into());
+                }
                 m.base.extend(part.base);
                 m.builds.extend(part.builds);
                 m.gates.extend(part.gates);
@@ -213,17 +242,30 @@ pub fn record_parts(
         .into_iter()
         .filter(|v| summary.base.contains_key(*v))
         .collect();
+    for f in &parts.farms {
+        trust::check_farm(f, &variants)?;
+    }
     // KUnit is planned when the build made the KUnit kernel of the series.
     let kunit = summary
         .gates
         .iter()
         .any(|g| g.name == series_build::KUNIT_GATE);
-    let plan = crate::farm::contract::Plan::new(&variants, kunit).only(checks);
-    let farm = if farms.is_empty() {
+    let plan = crate::farm::contract::Plan::new(&variants, kunit).only(&parts.checks);
+    let farm = if parts.farms.is_empty() {
         Farm::default()
     } else {
-        crate::farm::contract::import_all(farms, &plan, None)?
+        crate::farm::contract::import_all(&parts.farms, &plan, None)?
     };
+    // A newer revision of the same change is recorded: this one is
+    // superseded and gets no new runs.
+    match crate::store::open(store, crate::store::OpenMode::Existing) {
+        Ok(st) => {
+            let info = crate::results::RevisionInfo::from_series(&name, &parsed);
+            trust::check_not_superseded(st.as_ref(), &info)?;
+        }
+        Err(crate::store::StoreError::Missing { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
     let worst = farm
         .tests
         .iter()
@@ -236,8 +278,8 @@ pub fn record_parts(
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
     let state = record(
         store,
-        dir,
-        &builds[0],
+        &name,
+        &parts.builds[0],
         out,
         &summary,
         &[],
@@ -380,7 +422,8 @@ fn outcome_name(o: Outcome) -> &'static str {
 #[allow(clippy::too_many_arguments)]
 fn record(
     store: &Path,
-    dir: &Path,
+    // The series name (`series.toml`'s, checked).
+    name: &str,
     out: &Path,
     // Where results.json and results-base.json are written.
     write_to: &Path,
@@ -410,9 +453,8 @@ fn record(
     if let Some(n) = base_note {
         env.tools.insert("base farm results".into(), n);
     }
-    let name = record::series_name(dir);
     let mut base = record::base_run(b, out, base_boots, &env, started);
-    let mut rev = record::revision_run(&name, b, boots, &env, started);
+    let mut rev = record::revision_run(name, b, boots, &env, started);
     base.tests.extend(farm_base.tests);
     base.measurements.extend(farm_base.measurements);
     rev.tests.extend(farm_rev.tests);
@@ -421,8 +463,8 @@ fn record(
     base.write(&written.results_base())?;
     rev.write(&written.results())?;
     let mut st = crate::store::open(store, crate::store::OpenMode::Create)?;
-    st.record_run(&base)?;
-    st.record_run(&rev)?;
+    // One transaction: a refused revision leaves no base run behind.
+    st.record_runs(&[base.clone(), rev.clone()])?;
     let reference = rev.reference().expect("a revision run has a revision");
     let report =
         crate::verdict::advance(st.as_mut(), &reference, crate::results::Timestamp::now())?;

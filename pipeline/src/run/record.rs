@@ -249,20 +249,31 @@ pub fn revision_run(
 }
 
 /// The series name: `series.toml`'s name beside the revision folder, else
-/// the folder's (or mbox file's) parent name.
-pub fn series_name(dir: &Path) -> String {
-    let manifest = dir
-        .parent()
-        .map(|p| p.join(crate::ingest::series::MANIFEST_FILE));
-    if let Some(m) = manifest.filter(|m| m.is_file()) {
-        if let Ok(man) = crate::ingest::series::load_manifest(&m) {
-            return man.name;
+/// the folder's (or mbox file's) parent name. A manifest that cannot be
+/// read, or a name that is not one safe path component (it becomes a store
+/// key and a folder under the cache), is refused naming the file.
+pub fn series_name(dir: &Path) -> Result<String, crate::ingest::series::SeriesError> {
+    use crate::ingest::series::{load_manifest, valid_name, SeriesError, MANIFEST_FILE};
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(m) = parent.map(|p| p.join(MANIFEST_FILE)) {
+        // symlink_metadata: a linked series.toml is refused by name, not
+        // skipped.
+        if std::fs::symlink_metadata(&m).is_ok() {
+            return Ok(load_manifest(&m)?.name);
         }
     }
-    dir.parent()
+    let name = parent
         .and_then(|p| p.file_name())
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "series".into())
+        .unwrap_or_else(|| "series".into());
+    if valid_name(&name) {
+        Ok(name)
+    } else {
+        Err(SeriesError::Manifest {
+            file: parent.map(Path::to_path_buf).unwrap_or_default(),
+            reason: format!("the series folder's name {name:?} is not one path component of [A-Za-z0-9._-]; add a series.toml naming the series"),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -319,7 +330,28 @@ mod tests {
     #[test]
     fn shipped_series_is_named_by_its_manifest() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches/rust-phy-enum-check/v8");
-        assert_eq!(series_name(&dir), "rust-phy-enum-check");
+        assert_eq!(series_name(&dir).unwrap(), "rust-phy-enum-check");
+    }
+
+    #[test]
+    fn a_series_name_that_escapes_is_refused_naming_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let series = d.path().join("s");
+        std::fs::create_dir_all(series.join("v1")).unwrap();
+        for bad in ["../../etc", "a/b", ".hidden", ""] {
+            std::fs::write(
+                series.join("series.toml"),
+                format!("name = {bad:?}\ntree = \"net-next\"\nbase = {{ package = \"p\", distro = \"d\" }}\n"),
+            )
+            .unwrap();
+            let e = series_name(&series.join("v1")).unwrap_err().to_string();
+            assert!(
+                e.contains("series.toml") && e.contains("name"),
+                "{bad}: {e}"
+            );
+        }
+        std::fs::remove_file(series.join("series.toml")).unwrap();
+        assert_eq!(series_name(&series.join("v1")).unwrap(), "s");
     }
 
     #[test]

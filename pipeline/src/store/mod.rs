@@ -9,7 +9,8 @@
 //!
 //! Guarantees every backend keeps:
 //! - a run's results are written in one transaction ([`Store::finish_run`],
-//!   [`Store::record_run`]); a run that was begun and never finished is found
+//!   [`Store::record_run`]), and runs recorded together
+//!   ([`Store::record_runs`]) in one; a run that was begun and never finished is found
 //!   by [`Store::recover`] and recorded as interrupted (one MISS), and
 //!   nothing recorded before it is touched;
 //! - nothing is ever overwritten: a run id or a revision with a different
@@ -185,7 +186,13 @@ pub struct PatchHit {
 /// dashboard serves pages from a pool).
 pub trait Store: Send {
     /// Record a complete run (and its revision and patches, if new) at once.
-    fn record_run(&mut self, run: &Run) -> Result<(), StoreError>;
+    fn record_run(&mut self, run: &Run) -> Result<(), StoreError> {
+        self.record_runs(std::slice::from_ref(run))
+    }
+    /// Record complete runs in one transaction: all of them, or (when one
+    /// is refused) none. A revision's run and the base run it is judged
+    /// against go in together, so no refusal or crash leaves one alone.
+    fn record_runs(&mut self, runs: &[Run]) -> Result<(), StoreError>;
     /// Record that `run` has started (its revision too), committed at once,
     /// so an interruption is visible later. Results in `run` are ignored.
     fn begin_run(&mut self, run: &Run) -> Result<(), StoreError>;

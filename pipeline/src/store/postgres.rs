@@ -306,9 +306,9 @@ impl PgStore {
 }
 
 impl Store for PgStore {
-    fn record_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        rules::check_run(run)?;
-        self.write_rules(|tx| rules::record_run(tx, run))
+    fn record_runs(&mut self, runs: &[Run]) -> Result<(), StoreError> {
+        runs.iter().try_for_each(rules::check_run)?;
+        self.write_rules(|tx| rules::record_runs(tx, runs))
     }
 
     fn begin_run(&mut self, run: &Run) -> Result<(), StoreError> {

@@ -159,6 +159,12 @@ pub(super) fn record_run(tx: &mut dyn WriteTx, run: &Run) -> Result<(), StoreErr
     tx.insert_results(&run.id, 0, &Results::of(run))
 }
 
+/// [`super::Store::record_runs`]: every run, in order, in the caller's one
+/// transaction; the first refusal refuses them all.
+pub(super) fn record_runs(tx: &mut dyn WriteTx, runs: &[Run]) -> Result<(), StoreError> {
+    runs.iter().try_for_each(|run| record_run(tx, run))
+}
+
 /// [`super::Store::begin_run`].
 pub(super) fn begin_run(tx: &mut dyn WriteTx, run: &Run) -> Result<(), StoreError> {
     first_event(tx, run, RunState::Running)

@@ -395,9 +395,9 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn record_run(&mut self, run: &Run) -> Result<(), StoreError> {
-        rules::check_run(run)?;
-        self.in_tx(|tx| rules::record_run(tx, run))
+    fn record_runs(&mut self, runs: &[Run]) -> Result<(), StoreError> {
+        runs.iter().try_for_each(rules::check_run)?;
+        self.in_tx(|tx| rules::record_runs(tx, runs))
     }
 
     fn begin_run(&mut self, run: &Run) -> Result<(), StoreError> {

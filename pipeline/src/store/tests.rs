@@ -100,6 +100,52 @@ fn nothing_is_overwritten(b: &dyn Backend) {
     assert!(matches!(e, StoreError::NotBegun { .. }), "{e}");
 }
 
+fn runs_recorded_together_are_all_or_nothing(b: &dyn Backend) {
+    let mut st = b.open(OpenMode::Create).unwrap();
+    let v1 = run(
+        "r1",
+        Some(1),
+        "2026-06-01T00:00:00Z",
+        "2026-06-01T01:00:00Z",
+    );
+    st.record_run(&v1).unwrap();
+    let before = b.fingerprint();
+    let base = run("b1", None, "2026-06-02T00:00:00Z", "2026-06-02T01:00:00Z");
+    let mut changed = run(
+        "r2",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    changed.revision.as_mut().unwrap().patchset_hash = "f".repeat(64);
+    // The base goes first and is valid: the revision's refusal takes it back.
+    let e = st
+        .record_runs(&[base.clone(), changed.clone()])
+        .unwrap_err();
+    assert!(matches!(e, StoreError::RevisionChanged { .. }), "{e}");
+    assert!(
+        st.run("b1").unwrap().is_none(),
+        "the base run was kept alone"
+    );
+    assert_eq!(b.fingerprint(), before, "a refused pair changed the store");
+    // An invalid run is refused before any write.
+    let mut bad = changed.clone();
+    bad.id = "no spaces allowed".into();
+    let e = st.record_runs(&[base.clone(), bad]).unwrap_err();
+    assert!(matches!(e, StoreError::InvalidRun { .. }), "{e}");
+    assert_eq!(b.fingerprint(), before);
+    // Both valid: both recorded.
+    let fine = run(
+        "r2",
+        Some(2),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    st.record_runs(&[base.clone(), fine.clone()]).unwrap();
+    assert_eq!(st.run("b1").unwrap().unwrap().run, base);
+    assert_eq!(st.run("r2").unwrap().unwrap().run, fine);
+}
+
 fn foreign_stores_are_refused_and_left_alone(b: &dyn Backend) {
     b.exec("CREATE TABLE mail (id INTEGER); INSERT INTO mail VALUES (1)");
     let before = b.fingerprint();
@@ -474,6 +520,7 @@ on_every_backend!(
     run_round_trips_through_the_store,
     reopening_keeps_everything,
     nothing_is_overwritten,
+    runs_recorded_together_are_all_or_nothing,
     foreign_stores_are_refused_and_left_alone,
     newer_schema_is_refused_naming_both_versions,
     a_missing_store_is_not_created_for_readers,

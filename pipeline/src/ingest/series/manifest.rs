@@ -25,6 +25,25 @@ pub struct Manifest {
     /// Revisions, oldest first.
     #[serde(default, rename = "revision")]
     pub revisions: Vec<Revision>,
+    /// Who may add revisions through a pull request (`github:<login>`).
+    /// The trusted record job reads it from the default branch's copy:
+    /// a pull request by anyone else that adds a revision of this series
+    /// is refused, so it cannot supersede revisions it does not own.
+    #[serde(default)]
+    pub owners: Vec<String>,
+}
+
+/// Whether `name` may name a series: it becomes a store key, a revision
+/// reference (`<name>/v<N>`) and a folder name under the cache, so it is
+/// one path component of `[A-Za-z0-9._-]`, 1-100 characters, starting with
+/// a letter or digit.
+pub fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 100
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(c))
 }
 
 /// The distro kernel source package a series is built on.
@@ -60,6 +79,12 @@ pub fn load_manifest(path: &Path) -> Result<Manifest, SeriesError> {
     };
     let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".to_string()))?;
     let m: Manifest = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if !valid_name(&m.name) {
+        return Err(bad(format!(
+            "name {:?}: one path component of [A-Za-z0-9._-] (1-100 characters, starting with a letter or digit) needed",
+            m.name
+        )));
+    }
     for r in &m.revisions {
         let dir = Path::new(&r.dir);
         if dir.is_absolute() || dir.components().any(|c| c.as_os_str() == "..") {
