@@ -169,14 +169,28 @@ pub fn run(store: Option<PathBuf>, cache: Option<PathBuf>, cmd: ResultsCommand) 
     let path = store_path(store, cache)?;
     match cmd {
         ResultsCommand::Store(StoreCommand::Import { files }) => {
-            let runs = files
-                .iter()
-                .map(|f| Ok(Run::load(f)?))
-                .collect::<Result<Vec<Run>>>()?;
+            // Every file is read and checked as `phyfarm record` checks what
+            // it records, then all runs go in one transaction: a refused
+            // file (or run) records none of them.
+            let mut runs = Vec::new();
+            let mut seen = std::collections::BTreeMap::new();
+            for f in &files {
+                let run = Run::load(f)?;
+                crate::run::trust::check_stored_run(f, &run)?;
+                if let Some(first) = seen.insert(run.id.clone(), f.clone()) {
+                    bail!(
+                        "{}: id: run {} is also in {}; nothing was recorded",
+                        f.display(),
+                        run.id,
+                        first.display()
+                    );
+                }
+                runs.push(run);
+            }
             let mut st = open(&path, OpenMode::Create)?;
-            for (run, file) in runs.iter().zip(&files) {
-                st.record_run(run)
-                    .with_context(|| format!("{}", file.display()))?;
+            st.record_runs(&runs)
+                .context("store import: nothing was recorded")?;
+            for run in &runs {
                 let what = run
                     .reference()
                     .map_or(format!("base {}", run.base), |r| r.to_string());
