@@ -9,6 +9,7 @@ use crate::descriptors::Variant;
 use crate::device::DeviceConfig;
 use crate::impair::Rng;
 use crate::mac::Addr0;
+use crate::nic::RxMode;
 use crate::phy::{LinkMode, Partner, Quirks};
 use crate::server::{OnDisconnect, UsbRole};
 
@@ -138,6 +139,11 @@ pub struct Cli {
     /// Frames held between the wire and the guest.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub rx_queue: usize,
+    /// How RX records fill bulk IN requests: `stream` packs them as the
+    /// chip's FIFO does, splitting a record across transfers; `whole` sends
+    /// whole records only (a request too short for the next one babbles).
+    #[arg(long, value_enum, default_value = "stream")]
+    pub rx_mode: RxMode,
     /// Trace every usbredir message and MDIO access.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -203,6 +209,7 @@ impl Cli {
         device.paced = !self.unpaced;
         device.pace_burst = Duration::from_micros(self.pace_burst_us);
         device.rx_queue_frames = self.rx_queue.max(1);
+        device.rx_mode = self.rx_mode;
         device.autoneg = Duration::from_millis(self.autoneg_ms);
         device.partner = Partner {
             autoneg: !self.partner_forced,

@@ -72,11 +72,41 @@ impl NicEvents for NoEvents {}
 /// What a bulk IN request gets.
 #[derive(Debug, PartialEq, Eq)]
 pub enum RxData {
-    /// Whole records, at most the request's length (and 2048 bytes).
+    /// RX records, at most the request's length (and 2048 bytes).
     Records(Vec<u8>),
-    /// The request cannot hold the next record: the chip's packet
-    /// overflows it and that frame is lost.
+    /// The request cannot hold what the chip sends next. With whole
+    /// frames, that frame is lost; as a byte stream, a request shorter than
+    /// one 16-bit FIFO word, and nothing is lost.
     Babble,
+}
+
+/// How RX records meet bulk IN requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum RxMode {
+    /// As the chip's FIFO streams them: each request is filled with as many
+    /// 16-bit words as it holds (up to 2048 bytes), so a record may start in
+    /// one transfer and end in the next, its header included (split 2 + 2).
+    /// Linux's `asix_rx_fixup_internal` reassembles such records.
+    #[default]
+    Stream,
+    /// Whole records only; a request too short for the next record babbles
+    /// and that frame is lost.
+    Whole,
+}
+
+/// The unsent end of a record whose start already went to the guest.
+#[derive(Debug, Default)]
+struct RxTail {
+    bytes: Vec<u8>,
+    pos: usize,
+    frame_len: usize,
+}
+
+impl RxTail {
+    fn left(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
 }
 
 pub struct Nic {
@@ -85,6 +115,8 @@ pub struct Nic {
     paced: bool,
     pace_burst: Duration,
     rx_queue_frames: usize,
+    rx_mode: RxMode,
+    rx_tail: RxTail,
     tx_parser: TxParser,
     tx_queue: VecDeque<(Instant, Vec<u8>)>,
     rx_queue: VecDeque<(Instant, Vec<u8>)>,
@@ -109,6 +141,8 @@ impl Nic {
             paced: cfg.paced,
             pace_burst: cfg.pace_burst,
             rx_queue_frames: cfg.rx_queue_frames,
+            rx_mode: cfg.rx_mode,
+            rx_tail: RxTail::default(),
             tx_parser: TxParser::default(),
             tx_queue: VecDeque::new(),
             rx_queue: VecDeque::new(),
@@ -140,6 +174,7 @@ impl Nic {
         self.tx_parser.reset();
         self.tx_queue.clear();
         self.rx_queue.clear();
+        self.rx_tail = RxTail::default();
         self.tx_clock = self.now;
         self.rx_clock = self.now;
         self.mac.reset();
@@ -150,6 +185,7 @@ impl Nic {
     pub fn apply(&mut self, fx: Effects) {
         if fx.flush_rx {
             self.rx_queue.clear();
+            self.rx_tail = RxTail::default();
         }
         if fx.flush_tx {
             self.tx_queue.clear();
@@ -174,6 +210,14 @@ impl Nic {
     /// Frames to put on the wire, in order.
     pub fn take_wire(&mut self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.wire_out)
+    }
+
+    pub fn set_rx_mode(&mut self, m: RxMode) {
+        self.rx_mode = m;
+    }
+
+    pub fn rx_mode(&self) -> RxMode {
+        self.rx_mode
     }
 
     pub fn set_pace_burst(&mut self, d: Duration) {
@@ -342,17 +386,32 @@ impl Nic {
 
     /// RX data for a bulk IN request of `len` bytes, if a frame is ready.
     /// The RX gate (RX_CTL.SO, MEDIUM.RE) applies here too: frames queued
-    /// before the guest closed it never reach it.
+    /// before the guest closed it never reach it, nor does the rest of a
+    /// record already begun (the driver resynchronises on the next header).
     pub fn take_rx(&mut self, len: u32, ev: &mut dyn NicEvents) -> Option<RxData> {
-        if !self.mac.rx_enabled() && !self.rx_queue.is_empty() {
-            ev.dropped(Drop::RxGated, self.rx_queue.len() as u64);
+        if !self.mac.rx_enabled() && (!self.rx_queue.is_empty() || self.rx_tail.left() > 0) {
+            let n = self.rx_queue.len() as u64 + u64::from(self.rx_tail.left() > 0);
+            ev.dropped(Drop::RxGated, n);
             self.rx_queue.clear();
+            self.rx_tail = RxTail::default();
             return None;
         }
+        if !self.rx_ready() {
+            return None;
+        }
+        match self.rx_mode {
+            RxMode::Whole => Some(self.take_whole(len, ev)),
+            RxMode::Stream => Some(self.take_stream(len, ev)),
+        }
+    }
+
+    /// Whether a bulk IN request would get data now.
+    fn rx_ready(&self) -> bool {
+        self.rx_tail.left() > 0 || self.rx_queue.front().is_some_and(|(t, _)| *t <= self.now)
+    }
+
+    fn take_whole(&mut self, len: u32, ev: &mut dyn NicEvents) -> RxData {
         let now = self.now;
-        if !self.rx_queue.front().is_some_and(|(t, _)| *t <= now) {
-            return None;
-        }
         let cap = (len as usize).min(MAX_RX_TRANSFER);
         let mut buf = Vec::with_capacity(cap);
         while let Some((t, f)) = self.rx_queue.front() {
@@ -365,7 +424,7 @@ impl Nic {
             }
         }
         if !buf.is_empty() {
-            return Some(RxData::Records(buf));
+            return RxData::Records(buf);
         }
         if let Some((_, f)) = self.rx_queue.pop_front() {
             ev.warn(format_args!(
@@ -374,14 +433,60 @@ impl Nic {
             ));
         }
         ev.dropped(Drop::RxTooBigForRequest, 1);
-        Some(RxData::Babble)
+        RxData::Babble
+    }
+
+    /// Fill the request from the FIFO's byte stream: the rest of a record
+    /// begun in an earlier transfer, then records while they are ready,
+    /// the last one cut where the request ends. Records are even in length
+    /// and the FIFO is 16 bits wide, so every cut falls on an even offset
+    /// (a header splits 2 + 2, never 1 + 3).
+    fn take_stream(&mut self, len: u32, ev: &mut dyn NicEvents) -> RxData {
+        let cap = (len as usize).min(MAX_RX_TRANSFER) & !1;
+        if cap == 0 {
+            ev.warn(format_args!(
+                "rx: a {len}-byte request cannot hold one FIFO word; request babbles"
+            ));
+            return RxData::Babble;
+        }
+        let now = self.now;
+        let mut buf = Vec::with_capacity(cap);
+        loop {
+            if self.rx_tail.left() > 0 {
+                let tail = &mut self.rx_tail;
+                let n = tail.left().min(cap - buf.len());
+                buf.extend_from_slice(&tail.bytes[tail.pos..tail.pos + n]);
+                tail.pos += n;
+                if tail.left() > 0 {
+                    break;
+                }
+                ev.rx_frame(tail.frame_len);
+                self.rx_tail = RxTail::default();
+            }
+            if buf.len() == cap || !self.rx_queue.front().is_some_and(|(t, _)| *t <= now) {
+                break;
+            }
+            let Some((_, f)) = self.rx_queue.pop_front() else {
+                break;
+            };
+            let mut rec = Vec::with_capacity(framing::rx_record_len(f.len()));
+            framing::push_rx_record(&mut rec, &f);
+            self.rx_tail = RxTail {
+                bytes: rec,
+                pos: 0,
+                frame_len: f.len(),
+            };
+        }
+        RxData::Records(buf)
     }
 
     /// When the datapath next has something to do; RX frames count only
     /// when a request waits for them.
     pub fn next_event(&self, rx_wanted: bool) -> Option<Instant> {
         let rx = self.rx_queue.front().filter(|_| rx_wanted);
+        let tail = (rx_wanted && self.rx_tail.left() > 0).then_some(self.now);
         [
+            tail,
             self.phy.next_event(),
             self.tx_queue.front().map(|(t, _)| *t),
             self.tx_delay.front().map(|(t, _)| *t),
@@ -450,3 +555,7 @@ mod tests {
         assert_eq!(n.take_rx(2048, &mut NoEvents), None);
     }
 }
+
+#[cfg(test)]
+#[path = "rx_stream_tests.rs"]
+mod rx_stream_tests;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::descriptors::Variant;
 use crate::mac::Addr0;
+use crate::nic::RxMode;
 use crate::phy::{Partner, Quirks};
 
 /// Default depth of the pacer's token bucket (see [`DeviceConfig::pace_burst`]):
@@ -33,6 +34,8 @@ pub struct DeviceConfig {
     pub pace_burst: Duration,
     /// Frames held between the wire and the guest's bulk IN requests.
     pub rx_queue_frames: usize,
+    /// How RX records meet bulk IN requests (a byte stream, as the chip).
+    pub rx_mode: RxMode,
     #[serde(serialize_with = "ser_ms")]
     pub autoneg: Duration,
     pub partner: Partner,
@@ -68,6 +71,7 @@ impl DeviceConfig {
             paced: true,
             pace_burst: DEFAULT_PACE_BURST,
             rx_queue_frames: 256,
+            rx_mode: RxMode::Stream,
             autoneg: Duration::ZERO,
             partner: Partner::default(),
             quirks: Quirks::default(),

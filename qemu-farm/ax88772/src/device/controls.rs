@@ -8,6 +8,7 @@ use super::Device;
 use crate::faults::MdioFaults;
 use crate::impair::ImpairConfig;
 use crate::log_w;
+use crate::nic::RxMode;
 use crate::pcap::Pcap;
 use crate::phy::{Partner, Quirks};
 
@@ -86,6 +87,12 @@ impl Device {
     pub fn set_pace_burst(&mut self, d: Duration) {
         self.cfg.pace_burst = d;
         self.nic.set_pace_burst(d);
+    }
+
+    /// How RX records fill bulk IN requests.
+    pub fn set_rx_mode(&mut self, m: RxMode) {
+        self.cfg.rx_mode = m;
+        self.nic.set_rx_mode(m);
     }
 
     pub fn set_autoneg_delay(&mut self, d: Duration) {

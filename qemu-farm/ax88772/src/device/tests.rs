@@ -7,6 +7,7 @@ use crate::descriptors::Variant;
 use crate::framing;
 use crate::impair::ImpairConfig;
 use crate::mac::cmd;
+use crate::nic::RxMode;
 use usbredir::{ControlPacket, Hello};
 
 const MAC: [u8; 6] = [0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc];
@@ -266,6 +267,7 @@ fn wire_frames_batch_into_one_bulk_in() {
 #[test]
 fn never_more_than_asked() {
     let mut t = T::up(false);
+    t.d.set_rx_mode(RxMode::Whole);
     for len in [60, 60, 60] {
         t.d.wire_frame(t.t, frame(MAC, len));
     }
@@ -287,6 +289,33 @@ fn never_more_than_asked() {
     assert_eq!(b.status, Status::SUCCESS);
     assert_eq!(&b.data[..4], &framing::header(61));
     assert_eq!(b.data.len(), 4 + 62);
+}
+
+#[test]
+fn a_request_too_short_for_the_next_record_gets_its_start_by_default() {
+    let mut t = T::up(false);
+    t.d.wire_frame(t.t, frame(MAC, 1000));
+    let out = t.send(1, bulk_in(512));
+    let b = bulk_reply(&out[0]);
+    assert_eq!((b.status, b.data.len()), (Status::SUCCESS, 512));
+    assert_eq!(&b.data[..4], &framing::header(1000));
+    let out = t.send(2, bulk_in(2048));
+    let b = bulk_reply(&out[0]);
+    assert_eq!(b.data.len(), 1004 - 512, "the rest of the record");
+    assert_eq!(t.d.counters().rx_too_big_for_request, 0);
+    assert_eq!(t.d.counters().rx_frames, 1);
+    assert_eq!(t.d.config().rx_mode, RxMode::Stream);
+}
+
+#[test]
+fn the_rest_of_a_record_is_sent_as_soon_as_a_request_waits() {
+    let mut t = T::up(false);
+    t.d.wire_frame(t.t, frame(MAC, 1000));
+    t.send(1, bulk_in(1000));
+    // No new frame: the tail alone completes the next request at once.
+    let out = t.send(2, bulk_in(2048));
+    assert_eq!(bulk_reply(&out[0]).data.len(), 4);
+    assert_eq!(t.d.poll(t.t), None, "nothing left to do");
 }
 
 #[test]
@@ -487,6 +516,7 @@ fn the_rx_gate_applies_at_delivery() {
 #[test]
 fn bulk_in_is_capped_at_2048_bytes() {
     let mut t = T::up(false);
+    t.d.set_rx_mode(RxMode::Whole);
     for _ in 0..3 {
         t.d.wire_frame(t.t, frame(MAC, 1000));
     }
@@ -1084,6 +1114,7 @@ fn interrupt_packets_are_counted() {
 #[test]
 fn completions_name_their_endpoints() {
     let mut t = T::up(false);
+    t.d.set_rx_mode(RxMode::Whole);
     let out = t.send(1, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
     let b = bulk_reply(&out[0]);
     assert_eq!(
