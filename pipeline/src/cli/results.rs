@@ -286,7 +286,22 @@ pub fn run(store: Option<PathBuf>, cache: Option<PathBuf>, cmd: ResultsCommand) 
                 kind,
                 reason: a.reason.trim().to_string(),
             };
-            verdict::review(st.as_mut(), &r, &review)?;
+            // The verdicts job reads every open pull request's reviews on
+            // each run: the same review (reviewer, kind, reason) is
+            // recorded once.
+            let recorded = st
+                .reviews(&r)?
+                .iter()
+                .any(|x| x.by == review.by && x.kind == review.kind && x.reason == review.reason);
+            if recorded {
+                eprintln!(
+                    "I: {r}: this {} by {} is already recorded; nothing was changed",
+                    format!("{kind:?}").to_lowercase(),
+                    review.by
+                );
+            } else {
+                verdict::review(st.as_mut(), &r, &review)?;
+            }
             let rep = verdict::advance(st.as_mut(), &r, now)?;
             emit(&verdict::render_text(&rep), None)?;
             Ok(Outcome::Pass)
