@@ -1,9 +1,14 @@
-"""The pull-request workflow's farm matrix runs the plan: every `-k` group
-selects at least one planned check, every planned check is in exactly one
-group, and the collect step assembles the groups with `phyfarm record`."""
+"""The pull-request workflow's farm matrix runs the plan: the detect job
+derives the groups from `phyfarm farm plan --json` (its step is run here as
+written), every `-k` group selects at least one planned check, every planned
+check is in exactly one group, and the collect step assembles the groups
+with `phyfarm record` against the same plan."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 
@@ -15,9 +20,24 @@ from conftest import REPO
 WORKFLOW = REPO / ".github" / "workflows" / "pull-request.yml"
 
 
-def groups() -> list[str]:
+@pytest.fixture(scope="module")
+def groups(phyfarm, tmp_path_factory) -> list[str]:
+    """The groups the detect job's plan step writes, by running that step."""
     doc = yaml.safe_load(WORKFLOW.read_text())
-    return list(doc["jobs"]["farm"]["strategy"]["matrix"]["group"])
+    matrix = doc["jobs"]["farm"]["strategy"]["matrix"]["group"]
+    assert matrix == "${{ fromJSON(needs.detect.outputs.groups) }}", matrix
+    step = next(s for s in doc["jobs"]["detect"]["steps"] if s.get("id") == "plan")
+    work = tmp_path_factory.mktemp("detect")
+    out = work / "output"
+    env = {**os.environ, "PHYFARM": str(phyfarm.binary), "GITHUB_OUTPUT": str(out)}
+    p = subprocess.run(
+        ["bash", "-e", "-c", step["run"]], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    line = next(x for x in out.read_text().splitlines() if x.startswith("groups="))
+    got = json.loads(line.removeprefix("groups="))
+    assert got and all(isinstance(g, str) and g for g in got), got
+    return got
 
 
 def selected(group: str) -> set[tuple[str, str]]:
@@ -40,16 +60,16 @@ def plan(phyfarm) -> set[tuple[str, str]]:
     }
 
 
-def test_every_group_selects_planned_checks(plan):
-    for g in groups():
+def test_every_group_selects_planned_checks(plan, groups):
+    for g in groups:
         got = selected(g)
         assert got, f"-k {g} selects no farm check"
         assert got <= plan, f"-k {g} selects checks outside the plan: {got - plan}"
 
 
-def test_every_planned_check_is_in_exactly_one_group(plan):
+def test_every_planned_check_is_in_exactly_one_group(plan, groups):
     seen: dict[tuple[str, str], list[str]] = {}
-    for g in groups():
+    for g in groups:
         for c in selected(g):
             seen.setdefault(c, []).append(g)
     missing = sorted(plan - set(seen))
@@ -62,6 +82,17 @@ def test_the_collect_step_records_the_groups_against_the_plan():
     text = WORKFLOW.read_text()
     assert "store import results/*/" not in text
     assert '"$PHYFARM" record --series' in text
-    # The families it plans are the matrix's groups.
-    for g in groups():
-        assert f"farm.{g}" in text, g
+    # The families it plans come from the plan detect wrote, never a list.
+    assert "plan.json" in text
+    assert not re.search(r"farm\.", text), "a hand-written check id in the workflow"
+
+
+def test_no_workflow_lists_check_ids_by_hand():
+    for path in (REPO / ".github").rglob("*"):
+        if path.is_file():
+            hits = [
+                f"{path.name}:{i}: {line.strip()}"
+                for i, line in enumerate(path.read_text().splitlines(), 1)
+                if re.search(r"farm\.", line)
+            ]
+            assert not hits, hits
