@@ -46,7 +46,7 @@ pub enum ResultsError {
         file: String,
         source: std::io::Error,
     },
-    #[error("{file}: larger than {limit} bytes")]
+    #[error("{file}: larger than {} MiB: refused unread", .limit >> 20)]
     TooLarge { file: String, limit: u64 },
     #[error("{file}: not a phyfarm results.json: {source}")]
     Parse {

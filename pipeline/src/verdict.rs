@@ -7,9 +7,13 @@
 //! `testing` until a rerun completes. See [`compare`] for the retry, flake
 //! and noise-band rules and [`clock`] for the state machine.
 
+#[cfg(test)]
+mod algebra_tests;
 pub mod clock;
 pub mod compare;
 pub mod differential;
+#[cfg(test)]
+mod properties;
 pub mod stats;
 #[cfg(test)]
 mod tests;
@@ -35,6 +39,20 @@ pub enum VerdictError {
         now: Timestamp,
         last: Timestamp,
     },
+}
+
+/// The exit code of a verb that reports one revision's verdict (`run`,
+/// `record`, `verdict REV`), from its state alone: 0 awaiting review, ready
+/// to merge or superseded; 1 changes requested; 2 testing or not yet
+/// recorded (the evidence is incomplete).
+pub fn outcome(state: Option<State>) -> crate::Outcome {
+    match state {
+        Some(State::AwaitingReview | State::ReadyToMerge | State::Superseded) => {
+            crate::Outcome::Pass
+        }
+        Some(State::ChangesRequested) => crate::Outcome::Fail,
+        Some(State::Testing | State::New) | None => crate::Outcome::Error,
+    }
 }
 
 /// Everything known about a revision's verdict.
@@ -273,9 +291,14 @@ fn render_lines(rep: &Report) -> String {
     }
     for (k, c) in rep.flaky() {
         s.push_str(&format!(
-            "  flaky: {k}: {}\n",
+            "  flaky: {k}: {}",
             c.flaky.as_deref().unwrap_or("")
         ));
+        let x = compare::telling_line(&c.flaky_excerpt);
+        if !x.is_empty() {
+            s.push_str(&format!(" (the failing attempt: {x})"));
+        }
+        s.push('\n');
     }
     if let Some(p) = &rep.previous {
         for f in &rep.vs_previous {

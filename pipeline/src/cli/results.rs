@@ -11,7 +11,7 @@ use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use crate::export;
 use crate::results::{RevisionRef, Run, Timestamp};
 use crate::store::{store_path, OpenMode, Store};
-use crate::verdict::{self, Review, ReviewKind, State};
+use crate::verdict::{self, Review, ReviewKind};
 use crate::Outcome;
 
 /// Default dashboard address used in links (patchwork target_url, b4 url).
@@ -263,11 +263,12 @@ pub fn run(store: Option<PathBuf>, cache: Option<PathBuf>, cmd: ResultsCommand) 
                     .join("")
             };
             emit(&text, None)?;
-            let failed = a.revision.is_some()
-                && reports
-                    .iter()
-                    .any(|r| r.state == Some(State::ChangesRequested));
-            Ok(if failed { Outcome::Fail } else { Outcome::Pass })
+            // One revision: its state decides (verdict::outcome); the list
+            // of all of them is a report and exits 0.
+            Ok(match (&a.revision, reports.as_slice()) {
+                (Some(_), [one]) => verdict::outcome(one.state),
+                _ => Outcome::Pass,
+            })
         }
         ResultsCommand::Review(a) => {
             let (r, kind) = match (a.ack, a.nack) {

@@ -370,8 +370,17 @@ fn read_nofollow(path: &Path) -> std::io::Result<String> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     let mut s = String::new();
-    f.take(crate::results::MAX_RESULTS_BYTES)
+    f.take(crate::results::MAX_RESULTS_BYTES + 1)
         .read_to_string(&mut s)?;
+    if s.len() as u64 > crate::results::MAX_RESULTS_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than {} MiB: refused unread",
+                crate::results::MAX_RESULTS_BYTES >> 20
+            ),
+        ));
+    }
     Ok(s)
 }
 
@@ -406,6 +415,7 @@ pub fn import_all(
     failure: Option<&str>,
 ) -> Result<FarmImport, ContractError> {
     let mut out = FarmImport::default();
+    let mut seen = Seen::new();
     let mut dead: Vec<String> = Vec::new();
     for dir in dirs {
         let path = dir.join("results.json");
@@ -413,10 +423,10 @@ pub fn import_all(
             dead.push(path.display().to_string());
             continue;
         };
-        add_run(&mut out, &first, plan, &path, 0)?;
+        add_run(&mut out, &mut seen, &first, plan, &path, 0)?;
         let retry = retry_dir(dir).join("results.json");
         if let Some(again) = FarmResults::load(&retry)? {
-            add_run(&mut out, &again, plan, &retry, 1)?;
+            add_run(&mut out, &mut seen, &again, plan, &retry, 1)?;
         }
     }
     // Planned and not reported: MISS, or ERROR when a run died.
@@ -424,11 +434,7 @@ pub fn import_all(
         if c.id.starts_with("farm.differential.") {
             continue;
         }
-        let reported = out
-            .tests
-            .iter()
-            .any(|t| t.path == c.id && t.variant == c.variant);
-        if reported {
+        if seen.contains(&(c.id.clone(), c.variant.clone(), 0)) {
             continue;
         }
         let (status, why) = if dead.is_empty() {
@@ -469,8 +475,14 @@ pub fn import_all(
     Ok(out)
 }
 
+/// The (id, variant, attempt) triples imported so far: a duplicate or a
+/// retry without its first attempt is found in one look-up, so an import is
+/// linear in the number of results (a KUnit kernel reports thousands).
+type Seen = std::collections::HashSet<(String, Option<String>, u32)>;
+
 fn add_run(
     out: &mut FarmImport,
+    seen: &mut Seen,
     r: &FarmResults,
     plan: &Plan,
     path: &Path,
@@ -478,6 +490,17 @@ fn add_run(
 ) -> Result<(), ContractError> {
     let file = path.display().to_string();
     for (i, t) in r.tests.iter().enumerate() {
+        // The differential is phyfarm's own comparison of the two variants,
+        // never the farm's word.
+        if t.id.starts_with("farm.differential.") {
+            return Err(ContractError::Invalid {
+                file,
+                what: format!(
+                    "tests[{i}].id {:?}: differentials are computed by phyfarm, not reported by the farm",
+                    t.id
+                ),
+            });
+        }
         if !plan.allows(&t.id, t.variant.as_deref()) {
             return Err(ContractError::Invalid {
                 file,
@@ -489,22 +512,13 @@ fn add_run(
                 ),
             });
         }
-        let dup = out
-            .tests
-            .iter()
-            .any(|x| x.path == t.id && x.variant == t.variant && x.attempt == attempt);
-        if dup {
+        if !seen.insert((t.id.clone(), t.variant.clone(), attempt)) {
             return Err(ContractError::Invalid {
                 file,
                 what: format!("tests[{i}].id {:?} is reported twice", t.id),
             });
         }
-        if attempt == 1
-            && !out
-                .tests
-                .iter()
-                .any(|x| x.path == t.id && x.variant == t.variant)
-        {
+        if attempt == 1 && !seen.contains(&(t.id.clone(), t.variant.clone(), 0)) {
             return Err(ContractError::Invalid {
                 file,
                 what: format!(

@@ -1,5 +1,5 @@
 //! The farm inside `phyfarm run`: run it on a set of kernels, retry the
-//! checks that failed once (recorded as their retry, so a check that passes
+//! checks that failed or errored once (recorded as their retry, so a check that passes
 //! the second time is flaky rather than a failure of the series), and turn
 //! its results.json into the store's tests and measurements.
 
@@ -31,7 +31,11 @@ pub fn farm(
         return (Outcome::Error, Some(why));
     }
     let first = farm_once(paths, base, artifacts, out, None);
-    let Some(failed) = failed_selection(out).filter(|_| first.0 == Outcome::Fail) else {
+    // ERRORs are retried too: a guest that stops answering twice, where
+    // the base's did not, is the revision's failure (verdict::compare's
+    // hang rule), and once is not evidence.
+    let retry = matches!(first.0, Outcome::Fail | Outcome::Error);
+    let Some(failed) = failed_selection(out).filter(|_| retry) else {
         return first;
     };
     info(&format!("retrying the failed farm checks once: {failed}"));

@@ -1,12 +1,17 @@
 //! The verdict state machine of one revision, replayed over its facts.
 //!
 //! ```text
-//!  new ──run starts──▶ testing ──new FAIL vs base / no apply / no build──▶ changes-requested
-//!                        │   ▲                                                   ▲
-//!                        │   └── ERROR/MISS: stays testing until a rerun          │ nack
+//!  new ──run starts──▶ testing ──new FAIL vs base / no apply / no build / new warning──▶ changes-requested
+//!                        │   ▲                                                              ▲
+//!                        │   └── ERROR/MISS, a SKIP that is not "not applicable",           │ nack
+//!                        │       too few throughput samples, no farm evidence: testing      │
 //!                        └──passes──▶ awaiting-review ──72 h, no objection──▶ ready-to-merge
 //!  any state ──a newer revision of the same change-id is recorded──▶ superseded
 //! ```
+//!
+//! In that order: a new failure, then a standing nack, then missing
+//! evidence; a flaky check holds awaiting-review until an ack given after
+//! its latest flake, or [`FLAKE_CLEAR_RUNS`] clean runs, releases it.
 //!
 //! The facts (runs, reviews, newer revisions) carry their own times, so the
 //! states are replayed at those times: a transition is stored at the moment
@@ -58,7 +63,8 @@ impl Facts<'_> {
         v
     }
 
-    /// The checks of complete runs finished by `t`, against the base.
+    /// The checks of complete runs finished by `t`, against the base: the
+    /// hang rule applied ([`compare::attribute_hangs`]), then every finding.
     pub fn outcome(&self, t: Timestamp) -> (Checks, Vec<compare::Finding>) {
         let done = |rs: &[RunRecord]| -> Vec<crate::results::Run> {
             rs.iter()
@@ -70,8 +76,10 @@ impl Facts<'_> {
         let base = done(self.base_runs);
         let this_refs: Vec<&crate::results::Run> = this.iter().collect();
         let base_last: Vec<&crate::results::Run> = base.last().into_iter().collect();
-        let checks = compare::aggregate(&this_refs);
-        let mut findings = compare::compare(&checks, &compare::aggregate(&base_last), true);
+        let base_checks = compare::aggregate(&base_last);
+        let mut checks = compare::aggregate(&this_refs);
+        compare::attribute_hangs(&mut checks, &base_checks);
+        let mut findings = compare::compare(&checks, &base_checks, true);
         if let Some(last) = this.last() {
             findings.extend(compare::new_warnings(last, base.last()));
         }
@@ -93,17 +101,16 @@ impl Facts<'_> {
         latest
     }
 
-    /// Flaky checks that hold the revision back at `t`: flaky here, not
-    /// flaky on the base, not acked, and not passed at the first attempt in
-    /// the last [`FLAKE_CLEAR_RUNS`] complete runs.
+    /// Flaky checks that hold the revision back at `t`: flaky here, passing
+    /// now, not flaky on the base, and neither released by an ack given
+    /// after the latest flake was recorded nor passed at the first attempt
+    /// in the last [`FLAKE_CLEAR_RUNS`] complete runs.
     fn blocking_flakes(&self, t: Timestamp, checks: &Checks) -> Vec<String> {
-        let acked = self
-            .reviews
-            .iter()
-            .any(|r| r.at <= t && r.kind == ReviewKind::Ack);
-        if acked {
-            return vec![];
-        }
+        let acked_after = |at: Timestamp| {
+            self.reviews
+                .iter()
+                .any(|r| r.at <= t && r.at >= at && r.kind == ReviewKind::Ack)
+        };
         let base: Vec<crate::results::Run> = self
             .base_runs
             .iter()
@@ -120,6 +127,7 @@ impl Facts<'_> {
         checks
             .iter()
             .filter(|(_, c)| c.flaky.is_some())
+            .filter(|(_, c)| !c.flaky_at.is_some_and(acked_after))
             .filter(|(k, _)| base_checks.get(*k).map_or(true, |b| b.flaky.is_none()))
             .filter(|(k, _)| {
                 let clean = |r: &&RunRecord| {
@@ -135,7 +143,14 @@ impl Facts<'_> {
                 };
                 !(recent.len() == FLAKE_CLEAR_RUNS && recent.iter().all(clean))
             })
-            .map(|(k, c)| format!("{k} ({})", c.flaky.as_deref().unwrap_or("")))
+            .map(|(k, c)| {
+                let mut s = format!("{k} ({}", c.flaky.as_deref().unwrap_or(""));
+                let x = compare::telling_line(&c.flaky_excerpt);
+                if !x.is_empty() {
+                    s.push_str(&format!(": {x}"));
+                }
+                s + ")"
+            })
             .collect()
     }
 
@@ -184,6 +199,13 @@ impl Facts<'_> {
                 format!("new failures against the base: {}", new.join(", ")),
             );
         }
+        let nacks = self.nacks_at(t);
+        if let Some(n) = nacks.first() {
+            return (
+                State::ChangesRequested,
+                format!("nacked by {} at {}: {}", n.by, n.at, n.reason),
+            );
+        }
         let incomplete = list(FindingKind::Incomplete);
         if !incomplete.is_empty() {
             return (
@@ -194,11 +216,21 @@ impl Facts<'_> {
                 ),
             );
         }
-        let nacks = self.nacks_at(t);
-        if let Some(n) = nacks.first() {
+        // Evidence, not its absence: a revision whose farm checks all
+        // skipped has shown nothing about the driver.
+        let farm = |k: &compare::CheckKey| k.family() == "farm";
+        let farm_checks = checks.keys().filter(|k| farm(k)).count();
+        let farm_ran = checks.iter().any(|(k, c)| {
+            farm(k)
+                && matches!(
+                    c.status,
+                    crate::results::Status::Pass | crate::results::Status::Done
+                )
+        });
+        if farm_checks > 0 && !farm_ran {
             return (
-                State::ChangesRequested,
-                format!("nacked by {} at {}: {}", n.by, n.at, n.reason),
+                State::Testing,
+                format!("none of the {farm_checks} farm checks passed or measured anything (all SKIP): no evidence yet"),
             );
         }
         let flaky = checks.values().filter(|c| c.flaky.is_some()).count();

@@ -1,18 +1,21 @@
 //! Comparing a revision's checks with the base and with the previous
 //! revision, flake accounting, and the noise band for measurements.
 //!
-//! Retries and flakes: a farm check that fails is retried once and the retry
-//! is stored as `attempt: 1`. The retry's status is the check's status in that
-//! run; a FAIL or ERROR followed by a PASS (within a run, or between runs of the
-//! same revision) marks the check **flaky**: it is listed in every report and
-//! does not count as a new failure.
+//! Retries and flakes: a farm check that fails or errors is retried once and
+//! the retry is stored as `attempt: 1`. Within a run the retry decides,
+//! except FAIL then PASS, which is a **flake** (PASS in that run, reported
+//! with the failing attempt's excerpt), and FAIL then ERROR, which stays
+//! FAIL. ERROR is never a flake. Across runs the **latest** run that
+//! reported a check decides it: an earlier flake never turns a later FAIL
+//! into a pass.
 //!
 //! Measurements: a regression or an improvement against the base is called
 //! as everywhere in the verdict ([`crate::verdict::stats`]: a one-sided
-//! Mann–Whitney test on the pooled samples and a minimum effect of
-//! [`REGRESSION_MIN_EFFECT`]); fewer than 3 samples a side give no call. The
-//! base's band, `[min(μ − 3s, min), max(μ + 3s, max)]` of its pooled samples,
-//! is shown beside the value for the reader; it decides nothing.
+//! Mann–Whitney test on the pooled samples at p < 0.01 and a minimum effect
+//! of [`REGRESSION_MIN_EFFECT`]). A judged throughput ([`JUDGED`]) with
+//! fewer than [`MIN_SAMPLES`] samples on either side is MISS, never a pass.
+//! The base's band, `[min(μ − 3s, min), max(μ + 3s, max)]` of its pooled
+//! samples, is shown beside the value for the reader; it decides nothing.
 //!
 //! One file over 500 lines: every comparison rule (retry, flake, noise band,
 //! previous revision) in one place, so the rules are read and changed together.
@@ -22,7 +25,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::results::{Measurement, Run, Status};
+use crate::results::{Measurement, Run, Status, Timestamp};
 
 /// How many standard deviations the displayed base band spans either side
 /// of the mean.
@@ -60,58 +63,142 @@ impl CheckKey {
 /// A check's state over the runs of one revision.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckState {
-    /// After retries; PASS for a flaky check.
+    /// The status in the latest run that reported the check, after its
+    /// retry: a flake never hides a failure of a later run.
     pub status: Status,
-    /// Why the check is flaky, if it is.
+    /// Why the check is flaky, if it is: a run whose retry passed after a
+    /// FAIL at the first attempt.
     pub flaky: Option<String>,
+    /// When the latest such flake was recorded (that run's end): an ack
+    /// given before it does not release it.
+    pub flaky_at: Option<Timestamp>,
+    /// The first attempt's excerpt of the latest flake (what failed).
+    pub flaky_excerpt: String,
     pub log_excerpt: String,
+    /// Where the deciding run's log is, when it said.
+    pub log_path: Option<String>,
     /// How many runs saw it.
     pub runs: usize,
+    /// The deciding run's first attempt and its retry both ERRORed with the
+    /// guest no longer answering (not QEMU, the emulator or the host dying):
+    /// see [`attribute_hangs`].
+    #[serde(skip)]
+    pub hung: bool,
 }
 
 pub type Checks = BTreeMap<CheckKey, CheckState>;
 
-fn fails(s: Status) -> bool {
-    matches!(s, Status::Fail | Status::Error)
+/// A guest that stopped answering (the agent's timeout), as the harness
+/// words it, rather than a part of the farm that died: QEMU, the emulator,
+/// the exporter guest, the host. Only the former can be the kernel's doing.
+pub fn guest_hang(excerpt: &str) -> bool {
+    const HANG: [&str; 2] = ["GuestTimeout", "did not answer"];
+    const INFRA: [&str; 6] = [
+        "GuestDied",
+        "EmulatorDied",
+        "ExporterFailed",
+        "SetupError",
+        "MemoryError",
+        "out of memory",
+    ];
+    HANG.iter().any(|p| excerpt.contains(p)) && !INFRA.iter().any(|p| excerpt.contains(p))
 }
 
-/// The checks of one run, retries folded in: (status, flaky reason, excerpt).
-fn run_checks(run: &Run) -> BTreeMap<CheckKey, (Status, Option<String>, String)> {
+/// One check in one run, its retry folded in.
+#[derive(Debug, Clone)]
+struct RunCheck {
+    status: Status,
+    excerpt: String,
+    log_path: Option<String>,
+    /// FAIL at the first attempt, PASS on the retry: (reason, first excerpt).
+    flake: Option<(String, String)>,
+    hung: bool,
+}
+
+/// The rule for one run's two attempts: the retry decides, except that
+/// FAIL then PASS is a flake (PASS, reported), FAIL then ERROR stays FAIL
+/// (the retry proved nothing), and ERROR then PASS is a PASS that is no
+/// flake (the first attempt never judged the code).
+fn fold_attempts(run: &str, first: (Status, &str), retry: Option<(Status, &str)>) -> RunCheck {
+    let (s0, x0) = first;
+    let one = |status, excerpt: &str| RunCheck {
+        status,
+        excerpt: excerpt.to_string(),
+        log_path: None,
+        flake: None,
+        hung: false,
+    };
+    let Some((s1, x1)) = retry else {
+        return one(s0, x0);
+    };
+    match (s0, s1) {
+        (Status::Fail, Status::Pass) => RunCheck {
+            flake: Some((
+                format!("FAIL then PASS on retry in run {run}"),
+                x0.to_string(),
+            )),
+            ..one(Status::Pass, x0)
+        },
+        (Status::Fail, Status::Error | Status::Miss) => one(Status::Fail, x0),
+        (Status::Error, Status::Error) => RunCheck {
+            hung: guest_hang(x0) && guest_hang(x1),
+            ..one(Status::Error, x1)
+        },
+        (_, s1) => one(s1, x1),
+    }
+}
+
+/// The checks of one run, retries folded in.
+fn run_checks(run: &Run) -> BTreeMap<CheckKey, RunCheck> {
     let mut out = BTreeMap::new();
     for b in &run.builds {
         let key = CheckKey {
             path: b.path(),
             variant: None,
         };
-        out.insert(key, (b.status, None, b.log_excerpt.clone()));
+        // A build that raises warnings against its base fails its check,
+        // as netdev's build checks do; the warning is the evidence.
+        let mut c = match b.new_warnings.first() {
+            Some(w) if b.status == Status::Pass => RunCheck {
+                status: Status::Fail,
+                excerpt: format!(
+                    "new warning ({} against the base): {w}",
+                    b.new_warnings.len()
+                ),
+                log_path: None,
+                flake: None,
+                hung: false,
+            },
+            _ => fold_attempts(&run.id, (b.status, &b.log_excerpt), None),
+        };
+        c.log_path = b.log_path.clone();
+        out.insert(key, c);
     }
-    let mut attempts: BTreeMap<CheckKey, [Option<(Status, String)>; 2]> = BTreeMap::new();
+    type Attempt<'a> = (Status, &'a str, Option<&'a String>);
+    let mut attempts: BTreeMap<CheckKey, [Option<Attempt>; 2]> = BTreeMap::new();
     for t in &run.tests {
         let key = CheckKey {
             path: t.path.clone(),
             variant: t.variant.clone(),
         };
         let slot = attempts.entry(key).or_default();
-        slot[usize::from(t.attempt >= 1)] = Some((t.status, t.log_excerpt.clone()));
+        slot[usize::from(t.attempt >= 1)] = Some((t.status, &t.log_excerpt, t.log_path.as_ref()));
     }
     for (key, [first, retry]) in attempts {
-        let v = match (first, retry) {
-            (Some((s0, x0)), Some((s1, x1))) => {
-                let flaky = (fails(s0) && s1 == Status::Pass)
-                    .then(|| format!("{s0} then PASS on retry in run {}", run.id));
-                let excerpt = if s1 == Status::Pass { x0 } else { x1 };
-                (s1, flaky, excerpt)
-            }
-            (Some((s, x)), None) | (None, Some((s, x))) => (s, None, x),
+        let (first, retry) = match (first, retry) {
+            (Some(f), r) => (f, r),
+            (None, Some(r)) => (r, None),
             (None, None) => continue,
         };
-        out.insert(key, v);
+        let mut c = fold_attempts(&run.id, (first.0, first.1), retry.map(|r| (r.0, r.1)));
+        c.log_path = retry.and_then(|r| r.2).or(first.2).cloned();
+        out.insert(key, c);
     }
     out
 }
 
-/// The most telling line of a log excerpt: the first compiler error
-/// (`error:`, `error[E0004]:`), the first kernel splat (a Rust panic with
+/// The most telling line of a log excerpt: the first compiler or linker
+/// error (`error:`, `error[E0004]:`, `ld:`, "undefined reference"), the first kernel splat (a Rust panic with
 /// its message, which the kernel prints on the next line), the first
 /// FAIL/ERROR/MISS reason, else the first non-empty line. Never make's
 /// closing "Error 2".
@@ -123,7 +210,13 @@ pub fn telling_line(excerpt: &str) -> String {
         .collect();
     let is = |l: &str, pats: &[&str]| pats.iter().any(|p| l.contains(p));
     let not_make = |l: &str| !l.starts_with("make");
-    let compiler = ["error:", "error[E"];
+    let compiler = [
+        "error:",
+        "error[E",
+        "undefined reference",
+        "ld: ",
+        "ld.lld: ",
+    ];
     let splat = [
         "Kernel panic",
         "BUG:",
@@ -141,15 +234,16 @@ pub fn telling_line(excerpt: &str) -> String {
         "AssertionError",
         "CheckFailed",
     ];
-    if let Some(l) = lines.iter().find(|l| is(l, &compiler) && not_make(l)) {
-        return l.to_string();
-    }
     // A line that announces what follows ("panicked at ...:", "patch 3
-    // does not apply:") is told with the line after it.
+    // does not apply:", the linker's "in function `probe':") is told with
+    // the line after it.
     let with_next = |i: usize| match lines.get(i + 1) {
         Some(next) if lines[i].ends_with(':') => format!("{} {next}", lines[i]),
         _ => lines[i].to_string(),
     };
+    if let Some(i) = lines.iter().position(|l| is(l, &compiler) && not_make(l)) {
+        return with_next(i);
+    }
     if let Some(i) = lines.iter().position(|l| is(l, &splat)) {
         return with_next(i);
     }
@@ -203,44 +297,78 @@ mod telling_tests {
     }
 }
 
-/// Fold the runs of one revision (oldest first) into one state per check.
+/// Fold the runs of one revision (oldest first) into one state per check:
+/// the latest run that reported a check decides it; a flake in any run is
+/// reported with the run, the time and the failing attempt's excerpt.
 pub fn aggregate(runs: &[&Run]) -> Checks {
-    /// Per run: run id, status, flaky reason, log excerpt.
-    type History = Vec<(String, Status, Option<String>, String)>;
-    let mut seen: BTreeMap<CheckKey, History> = BTreeMap::new();
+    let mut out: Checks = BTreeMap::new();
     for run in runs {
-        for (key, (s, flaky, x)) in run_checks(run) {
-            seen.entry(key)
-                .or_default()
-                .push((run.id.clone(), s, flaky, x));
+        let at = run.finished.unwrap_or(run.started);
+        for (key, c) in run_checks(run) {
+            let prev = out.remove(&key);
+            let (flaky, flaky_at, flaky_excerpt) = match (c.flake, prev.as_ref()) {
+                (Some((why, x)), _) => (Some(why), Some(at), x),
+                (None, Some(p)) => (p.flaky.clone(), p.flaky_at, p.flaky_excerpt.clone()),
+                (None, None) => (None, None, String::new()),
+            };
+            out.insert(
+                key,
+                CheckState {
+                    status: c.status,
+                    flaky,
+                    flaky_at,
+                    flaky_excerpt,
+                    log_excerpt: c.excerpt,
+                    log_path: c.log_path,
+                    runs: prev.map_or(0, |p| p.runs) + 1,
+                    hung: c.hung,
+                },
+            );
         }
     }
-    seen.into_iter()
-        .map(|(key, hist)| {
-            let mut flaky = hist.iter().find_map(|h| h.2.clone());
-            let passed = hist.iter().find(|h| h.1 == Status::Pass);
-            let failed = hist.iter().find(|h| fails(h.1));
-            if flaky.is_none() {
-                if let (Some(p), Some(f)) = (passed, failed) {
-                    flaky = Some(format!("{} in run {}, PASS in run {}", f.1, f.0, p.0));
-                }
-            }
-            let last = hist.last().map(|h| (h.1, h.3.clone()));
-            let (status, log_excerpt) = last.unwrap_or((Status::Miss, String::new()));
-            let excerpt = failed.map_or(log_excerpt, |f| f.3.clone());
-            let state = CheckState {
-                status: if flaky.is_some() {
-                    Status::Pass
-                } else {
-                    status
-                },
-                flaky,
-                log_excerpt: excerpt,
-                runs: hist.len(),
-            };
-            (key, state)
-        })
-        .collect()
+    out
+}
+
+/// The hang rule: a check whose guest stopped answering at both attempts
+/// of the deciding run, where the comparable base PASSed the same check, is
+/// the revision's FAIL. An ERROR the base shares, or one where part of the
+/// farm died (QEMU, the emulator, the exporter, the host), stays ERROR.
+pub fn attribute_hangs(this: &mut Checks, base: &Checks) {
+    for (key, st) in this.iter_mut() {
+        let base_passed = base.get(key).is_some_and(|b| b.status == Status::Pass);
+        if st.status == Status::Error && st.hung && base_passed {
+            st.status = Status::Fail;
+            st.log_excerpt = format!(
+                "FAIL: guest stopped answering (revision only; the base passed)\n{}",
+                st.log_excerpt
+            );
+        }
+    }
+}
+
+/// The words a farm check's SKIP starts with when the check does not apply
+/// to the kernel under test (the harness's `NOT_APPLICABLE`).
+pub const NOT_APPLICABLE: &str = "not applicable";
+
+/// A SKIP that stands for "does not apply": a gate the series cannot
+/// affect and a patch already in the tree (both decided by phyfarm from the
+/// series), a differential of two such checks, and a farm check whose
+/// reason says so. Any other SKIP is a check that did not run.
+pub fn not_applicable(key: &CheckKey, excerpt: &str) -> bool {
+    !key.path.starts_with("farm.")
+        || key.path.starts_with("farm.differential.")
+        || excerpt.trim_start().starts_with(NOT_APPLICABLE)
+}
+
+/// A finding's evidence: the most telling line of the excerpt, else where
+/// the log is, else that the check said nothing.
+pub fn evidence(st: &CheckState) -> String {
+    let line = telling_line(&st.log_excerpt);
+    match (&st.log_path, line.is_empty()) {
+        (_, false) => line,
+        (Some(p), true) => format!("no message; log: {p}"),
+        (None, true) => "no message and no log recorded".into(),
+    }
 }
 
 /// What a comparison found about one check.
@@ -305,13 +433,18 @@ pub fn compare(this: &Checks, reference: &Checks, against_base: bool) -> Vec<Fin
             .get(&rk)
             .or_else(|| this.get(&rk).filter(|_| rk != *key));
         let reference = r.map(|r| r.status);
-        let excerpt = || telling_line(&st.log_excerpt);
+        let excerpt = || evidence(st);
         let kind = match (st.status, reference) {
             (Status::Fail, Some(Status::Fail)) => Some(FindingKind::StillFailing),
             (Status::Fail, _) => Some(FindingKind::NewFailure),
             // Incomplete here is incomplete, whatever the reference did: the
             // verdict waits for the evidence.
             (s, _) if s.incomplete() => Some(FindingKind::Incomplete),
+            // A SKIP that does not say the check does not apply is a check
+            // that did not run: no evidence either.
+            (Status::Skip, _) if !not_applicable(key, &st.log_excerpt) => {
+                Some(FindingKind::Incomplete)
+            }
             (Status::Pass, Some(Status::Fail)) => Some(FindingKind::Fixed),
             _ => None,
         };
@@ -407,7 +540,7 @@ pub enum Movement {
     /// Outside the band on the better side.
     Improvement,
     WithinNoise,
-    /// Fewer than two base samples: no call.
+    /// Fewer than [`MIN_SAMPLES`] samples on a side: no call.
     NoBand,
     /// The base never measured it.
     NoBase,
@@ -424,6 +557,8 @@ pub struct MeasurementDelta {
     /// The revision's samples themselves (pooled over its runs).
     pub values: Vec<f64>,
     pub base: Option<Band>,
+    /// How many base samples the call had.
+    pub base_samples: usize,
     /// (median − base median) / base median, in percent.
     pub delta_pct: Option<f64>,
     /// One-sided p-value of the movement (Mann–Whitney), when computed.
@@ -455,14 +590,30 @@ fn pool(runs: &[&Run]) -> BTreeMap<MKey, (Vec<f64>, String, bool)> {
 }
 
 /// Below this share slower than the base, a throughput difference is not
-/// called a regression: on a 2-core TCG host with other work running, two
-/// guests of one farm run measured 83.6 and 94.9 Mbit/s (12 % apart) with
-/// kernels whose data path is the same.
-pub const REGRESSION_MIN_EFFECT: f64 = 0.15;
+/// called a regression. Throughput is measured alone (one guest on the host,
+/// base and revision back to back), where the per-second samples of a paced
+/// 100 Mbit/s link spread by about 1.5 % (`bench/throughput-power.py`
+/// measures it and the power this gives).
+pub const REGRESSION_MIN_EFFECT: f64 = 0.05;
+
+/// Fewest samples a side for a call: with five a side Mann–Whitney's
+/// smallest one-sided p is 1/252 = 0.004, below [`stats::ALPHA`]; with four
+/// it is 1/70 = 0.014, and no separation however clear could be called.
+pub const MIN_SAMPLES: usize = 5;
+
+/// The measurements the verdict must be able to judge: the throughput
+/// check's rates. Too few samples of one of these, or none on the base, is
+/// MISS: a regression that cannot be seen is not a pass.
+pub const JUDGED: &[&str] = &[
+    "farm.throughput.tcp_tx",
+    "farm.throughput.tcp_rx",
+    "farm.throughput.udp",
+];
 
 /// Every measurement of `this` against `base`: the band for display, and
 /// the movement from a one-sided Mann–Whitney test on the samples with a
-/// minimum effect of [`REGRESSION_MIN_EFFECT`] (see [`crate::verdict::stats`]).
+/// minimum effect of [`REGRESSION_MIN_EFFECT`] (see [`crate::verdict::stats`]),
+/// given [`MIN_SAMPLES`] a side.
 pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
     let base = pool(base);
     pool(this)
@@ -474,7 +625,9 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
             let mut p = None;
             let movement = match b {
                 None => Movement::NoBase,
-                Some(b) if b.0.len() < 3 || samples.len() < 3 => Movement::NoBand,
+                Some(b) if b.0.len() < MIN_SAMPLES || samples.len() < MIN_SAMPLES => {
+                    Movement::NoBand
+                }
                 Some(b) => {
                     // For times, "worse" is higher: the base is then the
                     // lower one.
@@ -511,6 +664,7 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
                 samples: samples.len(),
                 values: samples.clone(),
                 base: band,
+                base_samples: b.map_or(0, |b| b.0.len()),
                 delta_pct: base_median
                     .filter(|m| *m != 0.0 && m.is_finite())
                     .map(|m| (crate::verdict::stats::median(&samples) - m) / m * 100.0),
@@ -522,29 +676,62 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
 }
 
 /// Throughput regressions against the base, as failures of the check that
-/// measured them: "throughput regression vs base: tcp_tx −30.2 % (p = 0.004)".
+/// measured them: "throughput regression vs base: tcp_tx −30.2 % (p = 0.004)";
+/// and, as MISS of that check, a [`JUDGED`] rate with too few samples to
+/// call: "too few samples: tcp_tx 2 < 5 (base 5)".
 pub fn regressions(deltas: &[MeasurementDelta]) -> Vec<Finding> {
-    deltas
-        .iter()
-        .filter(|m| m.movement == Movement::Regression && m.unit.ends_with("bit/s"))
-        .map(|m| {
-            let (check, what) = m.name.rsplit_once('.').unwrap_or((&m.name, ""));
-            Finding {
-                kind: FindingKind::NewFailure,
-                check: CheckKey {
-                    path: check.to_string(),
-                    variant: m.variant.clone(),
-                },
-                status: Status::Fail,
-                reference: Some(Status::Pass),
-                detail: format!(
-                    "throughput regression vs base: {what} {:+.1} % ({})",
+    let finding = |m: &MeasurementDelta, status: Status, detail: String| {
+        let (check, _) = m.name.rsplit_once('.').unwrap_or((&m.name, ""));
+        Finding {
+            kind: if status == Status::Fail {
+                FindingKind::NewFailure
+            } else {
+                FindingKind::Incomplete
+            },
+            check: CheckKey {
+                path: check.to_string(),
+                variant: m.variant.clone(),
+            },
+            status,
+            reference: Some(Status::Pass),
+            detail,
+        }
+    };
+    let mut out = Vec::new();
+    for m in deltas {
+        let what = m.name.rsplit_once('.').map_or("", |x| x.1);
+        if m.movement == Movement::Regression && m.unit.ends_with("bit/s") {
+            out.push(finding(
+                m,
+                Status::Fail,
+                format!(
+                    "throughput regression vs base: {what} {:+.1} % ({}, {} vs {} samples)",
                     m.delta_pct.unwrap_or(0.0),
-                    p_text(m.p.unwrap_or(1.0))
+                    p_text(m.p.unwrap_or(1.0)),
+                    m.samples,
+                    m.base_samples
                 ),
-            }
-        })
-        .collect()
+            ));
+        } else if JUDGED.contains(&m.name.as_str())
+            && matches!(m.movement, Movement::NoBand | Movement::NoBase)
+        {
+            let detail = if m.movement == Movement::NoBase || m.base_samples == 0 {
+                format!("MISS: {what}: the base has no samples to compare with")
+            } else if m.samples < MIN_SAMPLES {
+                format!(
+                    "MISS: too few samples: {what} {} < {MIN_SAMPLES} on the revision",
+                    m.samples
+                )
+            } else {
+                format!(
+                    "MISS: too few samples: {what} {} < {MIN_SAMPLES} on the base",
+                    m.base_samples
+                )
+            };
+            out.push(finding(m, Status::Miss, detail));
+        }
+    }
+    out
 }
 
 /// A p-value as a reader wants it: four decimals, or a bound when smaller.

@@ -24,14 +24,25 @@ pub fn compare(
     (c, cx): (Status, &str),
     measurements: &[Measurement],
 ) -> (Status, String) {
-    if r.incomplete() || c.incomplete() {
-        return (
-            Status::Miss,
-            format!("MISS: cannot compare: rust {r}, c {c}"),
-        );
-    }
     if r == Status::Skip && c == Status::Skip {
         return (Status::Skip, "both variants skipped".into());
+    }
+    // A side that did not run leaves nothing to compare: the differential
+    // waits for it, naming it, and never blames the side that did run.
+    let absent = |s: Status| s.incomplete() || s == Status::Skip;
+    if absent(r) || absent(c) {
+        let sides: Vec<String> = [("rust", r), ("c", c)]
+            .iter()
+            .filter(|(_, s)| absent(*s))
+            .map(|(n, s)| format!("{n} {s}"))
+            .collect();
+        return (
+            Status::Miss,
+            format!(
+                "MISS: cannot compare: {} did not run (rust {r}, c {c})",
+                sides.join(" and ")
+            ),
+        );
     }
     if r == Status::Fail && c == Status::Fail {
         return (
@@ -145,5 +156,21 @@ mod tests {
         );
         let (s, _) = compare("farm.probe", (Status::Error, "x"), pass, &[]);
         assert_eq!(s, Status::Miss);
+    }
+
+    #[test]
+    fn a_side_that_did_not_run_makes_the_differential_miss_naming_it() {
+        let pass = (Status::Pass, "");
+        let (s, why) = compare("farm.probe", (Status::Skip, "not run"), pass, &[]);
+        assert_eq!(s, Status::Miss);
+        assert!(why.contains("rust SKIP did not run"), "{why}");
+        assert!(!why.contains("deviates"), "{why}");
+        let (s, why) = compare("farm.probe", pass, (Status::Miss, "MISS: x"), &[]);
+        assert!(
+            s == Status::Miss && why.contains("c MISS did not run"),
+            "{why}"
+        );
+        let (s, _) = compare("farm.probe", (Status::Skip, ""), (Status::Skip, ""), &[]);
+        assert_eq!(s, Status::Skip);
     }
 }

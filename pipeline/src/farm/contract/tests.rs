@@ -310,3 +310,51 @@ fn the_default_families_are_the_farm_checks() {
         ]
     );
 }
+
+#[test]
+fn a_differential_reported_by_the_farm_is_refused_naming_it() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = Plan::new(&["rust", "c"], false);
+    let mut tests = all_pass(&["rust", "c"]);
+    tests
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "farm.differential.probe", "status": "PASS"}));
+    write_results(d.path(), tests);
+    let e = import(d.path(), &plan, None).unwrap_err().to_string();
+    assert!(
+        e.contains("\"farm.differential.probe\": differentials are computed by phyfarm"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_results_file_over_the_limit_is_refused_as_larger_not_misparsed() {
+    let d = tempfile::tempdir().unwrap();
+    // A valid beginning, then more bytes than the limit allows.
+    let path = d.path().join("results.json");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(crate::results::MAX_RESULTS_BYTES + 1).unwrap();
+    let e = FarmResults::load(&path).unwrap_err().to_string();
+    assert!(e.contains("larger than 64 MiB"), "{e}");
+    assert!(e.contains("results.json"), "{e}");
+}
+
+#[test]
+fn a_duplicate_among_thousands_of_kunit_cases_is_still_found() {
+    let d = tempfile::tempdir().unwrap();
+    let plan = Plan::new(&["rust"], true);
+    let mut tests = all_pass(&["rust"]);
+    let v = tests.as_array_mut().unwrap();
+    v.push(json!({"id": "farm.kunit", "variant": "rust", "status": "PASS"}));
+    for i in 0..5000 {
+        v.push(json!({"id": format!("farm.kunit.case_{i}"), "variant": "rust", "status": "PASS"}));
+    }
+    v.push(json!({"id": "farm.kunit.case_17", "variant": "rust", "status": "PASS"}));
+    write_results(d.path(), tests);
+    let e = import(d.path(), &plan, None).unwrap_err().to_string();
+    assert!(
+        e.contains("tests[5015].id \"farm.kunit.case_17\" is reported twice"),
+        "{e}"
+    );
+}
