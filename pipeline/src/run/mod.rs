@@ -80,7 +80,6 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     let started = crate::results::Timestamp::now();
     let summary = series_build::build_series_summary(paths, &b)?;
     let built = series_build::outcome(&summary);
-    let mut worst = built;
     let mut boots = Vec::new();
     let mut base_boots = Vec::new();
     let mut lines = vec![format!(
@@ -117,9 +116,6 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
             _ => Outcome::Error,
         };
         boots.push(b);
-        if booted != Outcome::Pass && worst == Outcome::Pass {
-            worst = booted;
-        }
         lines.push(format!(
             "{v}: boot {}, kernel {}, console {}",
             if booted == Outcome::Pass {
@@ -140,14 +136,11 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     let built_any = b.variants.iter().any(|v| folder.kernel(v.name()).is_file());
     if let (Some(f), true) = (&opts.farm, built_any) {
         let plan = crate::farm::contract::Plan::new(&names, b.kunit).only(&opts.checks);
-        let (farm_base_imp, farm_rev_imp, o, note) =
+        let (farm_base_imp, farm_rev_imp, note) =
             farm_both(paths, f, &out, &plan, opts.fresh_base, &mut lines)?;
         farm_base = farm_base_imp;
         farm_rev = farm_rev_imp;
         base_note = note;
-        if o != Outcome::Pass && worst == Outcome::Pass {
-            worst = o;
-        }
     }
     for l in lines {
         println!("{l}");
@@ -166,15 +159,11 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         base_note,
     )?;
     println!("{}", out.display());
-    // A new failure the verdict found against the base (a throughput
-    // regression is judged there) fails the run like a failed check.
-    Ok(
-        if state == Some(crate::verdict::State::ChangesRequested) && worst == Outcome::Pass {
-            Outcome::Fail
-        } else {
-            worst
-        },
-    )
+    // The verdict decides the exit code, as for `record` and `verdict`:
+    // a FAIL then PASS on retry (a flake) awaits review and exits 0, a
+    // throughput regression judged against the base exits 1, evidence
+    // still missing exits 2.
+    Ok(crate::verdict::outcome(state))
 }
 
 /// What `phyfarm record` assembles: a revision built and tested in parts.
@@ -266,13 +255,6 @@ pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Out
         Err(crate::store::StoreError::Missing { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let worst = farm
-        .tests
-        .iter()
-        .map(|t| t.status)
-        .chain([summary.status])
-        .min()
-        .unwrap_or(crate::results::Status::Pass);
     let started = crate::results::Timestamp::now();
     std::fs::create_dir_all(out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
@@ -289,12 +271,7 @@ pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Out
         started,
         None,
     )?;
-    Ok(match worst {
-        crate::results::Status::Fail => Outcome::Fail,
-        s if s.incomplete() => Outcome::Error,
-        _ if state == Some(crate::verdict::State::ChangesRequested) => Outcome::Fail,
-        _ => Outcome::Pass,
-    })
+    Ok(crate::verdict::outcome(state))
 }
 
 /// One boot check of the run, its record kept in memory (the folder's
@@ -334,7 +311,7 @@ fn farm_both(
     plan: &crate::farm::contract::Plan,
     fresh_base: bool,
     lines: &mut Vec<String>,
-) -> Result<(Farm, Farm, Outcome, Option<String>)> {
+) -> Result<(Farm, Farm, Option<String>)> {
     use crate::farm::contract::{keyword_for, THROUGHPUT_FAMILY};
     let families = plan.families();
     let rest: Vec<String> = families
@@ -359,7 +336,6 @@ fn farm_both(
     let sides = [("farm on the base", run.base()), ("farm", run.clone())];
     let mut dirs: [Vec<PathBuf>; 2] = Default::default();
     let mut whys: [Vec<String>; 2] = Default::default();
-    let mut worst = Outcome::Pass;
     let mut note = None;
     for (folder, throughput, keyword) in &blocks {
         for (side, (label, root)) in sides.iter().enumerate() {
@@ -389,9 +365,6 @@ fn farm_both(
                 note = Some(format!("{k} (measured in this run)"));
             }
             lines.push(format!("{label}: {}, {}", outcome_name(oc), dir.display()));
-            if side == 1 && oc != Outcome::Pass && worst == Outcome::Pass {
-                worst = oc;
-            }
             whys[side].extend(why);
             dirs[side].push(dir);
         }
@@ -407,7 +380,7 @@ fn farm_both(
         &mut base,
         &mut rev,
     );
-    Ok((base, rev, worst, note))
+    Ok((base, rev, note))
 }
 
 fn outcome_name(o: Outcome) -> &'static str {
