@@ -1,7 +1,8 @@
 //! The verdict path on outputs of a real run (tests/fixtures/real-run,
 //! refreshed by `make fixtures` from what `make run` leaves): the shipped
-//! v8's series-build.json and its farm's results.json (the checks, then
-//! throughput measured apart), recorded with `phyfarm record` as the
+//! v8's series-build.json and its farm's results.json on the patched and on
+//! the base kernels (the checks, then throughput measured apart), recorded
+//! with `phyfarm record` as the
 //! pull-request workflow does, then the same run with a check missing and
 //! with an id nobody planned.
 
@@ -32,6 +33,10 @@ fn record(store: &Path, farm: &Path) -> Output {
         .arg(farm)
         .arg("--farm")
         .arg(fixture().join("farm-throughput"))
+        .arg("--base-farm")
+        .arg(fixture().join("base/farm"))
+        .arg("--base-farm")
+        .arg(fixture().join("base/farm-throughput"))
         .env_remove("PHYFARM_STORE")
         .output()
         .unwrap()
@@ -113,6 +118,35 @@ fn the_real_v8_run_records_every_planned_check_and_awaits_review() {
 }
 
 #[test]
+fn without_the_base_farm_throughput_cannot_be_judged_and_the_revision_keeps_testing() {
+    let d = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .arg("--store")
+        .arg(d.path().join("r.sqlite"))
+        .arg("record")
+        .arg("-o")
+        .arg(d.path().join("out"))
+        .arg("--series")
+        .arg(series())
+        .arg("--build")
+        .arg(fixture())
+        .arg("--farm")
+        .arg(fixture().join("farm"))
+        .arg("--farm")
+        .arg(fixture().join("farm-throughput"))
+        .env_remove("PHYFARM_STORE")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(out.contains("rust-phy-enum-check/v8: testing"), "{out}");
+    assert!(
+        out.contains("MISS: tcp_tx: the base has no samples to compare with"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_planned_check_that_did_not_report_keeps_the_revision_testing() {
     let d = tempfile::tempdir().unwrap();
     let farm = edited(d.path(), |tests| {
@@ -181,6 +215,10 @@ fn record_with(store: &Path, build: &Path) -> Output {
         .arg(fixture().join("farm"))
         .arg("--farm")
         .arg(fixture().join("farm-throughput"))
+        .arg("--base-farm")
+        .arg(fixture().join("base/farm"))
+        .arg("--base-farm")
+        .arg(fixture().join("base/farm-throughput"))
         .env_remove("PHYFARM_STORE")
         .output()
         .unwrap()

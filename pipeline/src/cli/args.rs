@@ -122,6 +122,12 @@ pub struct RecordArgs {
     /// A `phyfarm test` output folder (repeatable: one per matrix job)
     #[arg(long = "farm", value_name = "DIR")]
     pub farms: Vec<PathBuf>,
+    /// A `phyfarm test` output folder of the unpatched base's kernels, run
+    /// in the same environment (repeatable). Without it the farm has no
+    /// base to be compared with: a judged throughput is then MISS and the
+    /// revision keeps testing
+    #[arg(long = "base-farm", value_name = "DIR")]
+    pub base_farms: Vec<PathBuf>,
     /// The farm check families the matrix planned [default: every check]
     #[arg(long, value_delimiter = ',', value_name = "CHECK")]
     pub checks: Vec<String>,

@@ -165,6 +165,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     series: a.series,
                     builds: a.builds,
                     farms: a.farms,
+                    base_farms: a.base_farms,
                     checks: a.checks,
                     owners: a.owners_from.zip(a.author),
                 },

@@ -396,6 +396,9 @@ pub fn retry_dir(out: &Path) -> PathBuf {
 pub struct FarmImport {
     pub tests: Vec<TestResult>,
     pub measurements: Vec<Measurement>,
+    /// The accelerator the farm's guests ran under (`kvm`, `tcg`), as its
+    /// results say; empty when none did.
+    pub accel: String,
 }
 
 /// Import the farm run in `dir` (and its retry) against `plan`. `failure`
@@ -423,6 +426,9 @@ pub fn import_all(
             dead.push(path.display().to_string());
             continue;
         };
+        if out.accel.is_empty() {
+            out.accel = accel_of(&first);
+        }
         add_run(&mut out, &mut seen, &first, plan, &path, 0)?;
         let retry = retry_dir(dir).join("results.json");
         if let Some(again) = FarmResults::load(&retry)? {
@@ -473,6 +479,16 @@ pub fn import_all(
         out.tests.extend(differential(&out, plan));
     }
     Ok(out)
+}
+
+/// The accelerator a farm run names (`kvm` or `tcg`), else "".
+fn accel_of(r: &FarmResults) -> String {
+    r.environment
+        .get("accel")
+        .and_then(|v| v.as_str())
+        .filter(|a| matches!(*a, "kvm" | "tcg"))
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The (id, variant, attempt) triples imported so far: a duplicate or a

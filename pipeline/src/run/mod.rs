@@ -175,6 +175,8 @@ pub struct RecordParts {
     pub builds: Vec<PathBuf>,
     /// `phyfarm test` output folders (one per matrix job).
     pub farms: Vec<PathBuf>,
+    /// The same for the base's kernels: what the farm is compared with.
+    pub base_farms: Vec<PathBuf>,
     /// Check families planned [empty: the whole plan].
     pub checks: Vec<String>,
     /// The default branch's `patches/` and the pull request's author
@@ -231,7 +233,7 @@ pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Out
         .into_iter()
         .filter(|v| summary.base.contains_key(*v))
         .collect();
-    for f in &parts.farms {
+    for f in parts.farms.iter().chain(&parts.base_farms) {
         trust::check_farm(f, &variants)?;
     }
     // KUnit is planned when the build made the KUnit kernel of the series.
@@ -240,11 +242,15 @@ pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Out
         .iter()
         .any(|g| g.name == series_build::KUNIT_GATE);
     let plan = crate::farm::contract::Plan::new(&variants, kunit).only(&parts.checks);
-    let farm = if parts.farms.is_empty() {
-        Farm::default()
-    } else {
-        crate::farm::contract::import_all(&parts.farms, &plan, None)?
+    let import = |dirs: &[PathBuf]| -> Result<Farm> {
+        Ok(if dirs.is_empty() {
+            Farm::default()
+        } else {
+            crate::farm::contract::import_all(dirs, &plan, None)?
+        })
     };
+    let farm = import(&parts.farms)?;
+    let farm_base = import(&parts.base_farms)?;
     // A newer revision of the same change is recorded: this one is
     // superseded and gets no new runs.
     match crate::store::open(store, crate::store::OpenMode::Existing) {
@@ -266,7 +272,7 @@ pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Out
         &summary,
         &[],
         &[],
-        Farm::default(),
+        farm_base,
         farm,
         started,
         None,
@@ -410,10 +416,12 @@ fn record(
     base_note: Option<String>,
 ) -> Result<Option<crate::verdict::State>> {
     use crate::run::record;
+    // The accelerator the kernels ran under: the boots', else the farm's.
     let accel = boots
         .iter()
         .chain(base_boots)
         .map(|b| b.accel.clone())
+        .chain([farm_rev.accel.clone(), farm_base.accel.clone()])
         .find(|a| !a.is_empty())
         .unwrap_or_else(|| "none".into());
     let meta: Option<crate::build::metadata::BuildMetadata> = b.base.keys().next().and_then(|v| {

@@ -185,12 +185,16 @@ impl Facts<'_> {
             return (State::Testing, why);
         }
         let (checks, findings) = self.outcome(t);
+        // One entry per check (a throughput check can miss on three rates).
         let list = |kind: FindingKind| -> Vec<String> {
-            findings
-                .iter()
-                .filter(|f| f.kind == kind)
-                .map(|f| format!("{} {}", f.check, f.status))
-                .collect()
+            let mut v: Vec<String> = Vec::new();
+            for f in findings.iter().filter(|f| f.kind == kind) {
+                let s = format!("{} {}", f.check, f.status);
+                if !v.contains(&s) {
+                    v.push(s);
+                }
+            }
+            v
         };
         let new = list(FindingKind::NewFailure);
         if !new.is_empty() {

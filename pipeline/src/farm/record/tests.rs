@@ -196,6 +196,7 @@ fn only_a_clear_throughput_drop_is_suspected() {
             m("farm.throughput.tcp_tx", &[93.0, 93.5, 92.8, 93.2, 93.1]),
             m("farm.throughput.tcp_rx", &[93.0, 93.5, 92.8, 93.2, 93.1]),
         ],
+        ..Default::default()
     };
     let rev = crate::farm::contract::FarmImport {
         tests: vec![],
@@ -203,6 +204,7 @@ fn only_a_clear_throughput_drop_is_suspected() {
             m("farm.throughput.tcp_tx", &[60.0, 61.0, 59.5, 60.5, 60.2]),
             m("farm.throughput.tcp_rx", &[90.0, 95.0, 91.0, 94.0, 92.0]),
         ],
+        ..Default::default()
     };
     assert_eq!(
         suspected_regressions(&base, &rev),
