@@ -68,6 +68,9 @@ pub struct PatchBuild {
     pub status: Status,
     pub seconds: f64,
     pub new_warnings: Vec<Warning>,
+    /// New warnings the series' `accepted-warnings` let pass, with why.
+    #[serde(default)]
+    pub accepted_warnings: Vec<(Warning, String)>,
     pub log: String,
     pub log_excerpt: Vec<String>,
 }
@@ -637,7 +640,14 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
     let text = std::fs::read_to_string(&log_path).unwrap_or_default();
     let base_keys =
         kernel::base_warning_keys(&Layout::new(ctx.paths, &ctx.tc.kernel_version, v).build);
-    let new_warnings = warnings::new_warnings(&warnings::parse(&text), &base_keys);
+    let found = warnings::new_warnings(&warnings::parse(&text), &base_keys);
+    let (new_warnings, accepted_warnings) = accept_warnings(found, &accepted(&ctx.opts.dir)?);
+    for (w, why) in &accepted_warnings {
+        info(&format!(
+            "{label} new warning accepted by series.toml ({why}): {}",
+            w.text
+        ));
+    }
     let status = if failed.is_none() {
         Status::Pass
     } else {
@@ -658,6 +668,7 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
         status,
         seconds,
         new_warnings,
+        accepted_warnings,
         log: log_path.display().to_string(),
         log_excerpt: match (&failed, stopped) {
             (Some(_), Some(why)) => {
@@ -669,6 +680,38 @@ fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBui
             (None, _) => vec![],
         },
     })
+}
+
+/// The `accepted-warnings` of the series.toml beside revision folder `dir`
+/// (none without one).
+fn accepted(dir: &Path) -> Result<Vec<series::AcceptedWarning>> {
+    let Some(m) = dir
+        .parent()
+        .map(|p| p.join(series::MANIFEST_FILE))
+        .filter(|m| m.is_file())
+    else {
+        return Ok(vec![]);
+    };
+    Ok(series::load_manifest(&m)?.accepted_warnings)
+}
+
+/// Split new warnings into those that count and those a series accepted.
+fn accept_warnings(
+    found: Vec<Warning>,
+    accepted: &[series::AcceptedWarning],
+) -> (Vec<Warning>, Vec<(Warning, String)>) {
+    let mut counted = Vec::new();
+    let mut let_pass = Vec::new();
+    for w in found {
+        match accepted
+            .iter()
+            .find(|a| w.text.contains(a.warning.as_str()))
+        {
+            Some(a) => let_pass.push((w, a.reason.clone())),
+            None => counted.push(w),
+        }
+    }
+    (counted, let_pass)
 }
 
 /// The summary table printed at the end.

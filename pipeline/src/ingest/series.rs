@@ -24,7 +24,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use error::SeriesError;
-pub use manifest::{load_manifest, valid_name, Base, Manifest, Revision};
+pub use manifest::{load_manifest, valid_name, AcceptedWarning, Base, Manifest, Revision};
 pub use patch_id::stable as patch_id_stable;
 pub use render::render_text;
 

@@ -84,3 +84,43 @@ fn mbox_messages_are_cut_apart() {
     assert_eq!(std::fs::read(&files[1]).unwrap(), parts[1]);
     assert_eq!(std::fs::read(&files[0]).unwrap(), parts[0]);
 }
+
+#[test]
+fn a_new_warning_counts_unless_series_toml_accepts_it_with_a_reason() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("v1")).unwrap();
+    let manifest = d.path().join(series::MANIFEST_FILE);
+    let head = "name = \"s\"\ntree = \"net-next\"\nbase = { package = \"linux-source-6.12\", distro = \"debian trixie\" }\n";
+    std::fs::write(
+        &manifest,
+        format!("{head}[[accepted-warnings]]\nwarning = \"unused variable: `lpa`\"\nreason = \"kept for the next patch\"\n"),
+    )
+    .unwrap();
+    let w = |text: &str| Warning {
+        key: text.into(),
+        text: text.into(),
+    };
+    let found = vec![
+        w("warning: unused variable: `lpa` --> drivers/net/phy/ax88796b_rust.rs:58:13"),
+        w("drivers/net/phy/ax88796b.c:12:5: warning: unused variable 'x'"),
+    ];
+    let (counted, let_pass) = accept_warnings(found, &accepted(&d.path().join("v1")).unwrap());
+    assert_eq!(counted.len(), 1);
+    assert!(counted[0].text.contains("ax88796b.c"));
+    assert_eq!(let_pass.len(), 1);
+    assert_eq!(let_pass[0].1, "kept for the next patch");
+    // No series.toml: every new warning counts.
+    let bare = tempfile::tempdir().unwrap();
+    assert!(accepted(&bare.path().join("v1")).unwrap().is_empty());
+    // An entry without a reason is refused, naming it.
+    std::fs::write(
+        &manifest,
+        format!("{head}[[accepted-warnings]]\nwarning = \"unused variable\"\nreason = \"\"\n"),
+    )
+    .unwrap();
+    let e = accepted(&d.path().join("v1")).unwrap_err().to_string();
+    assert!(
+        e.contains("series.toml") && e.contains("accepted-warnings[0]"),
+        "{e}"
+    );
+}

@@ -31,6 +31,21 @@ pub struct Manifest {
     /// is refused, so it cannot supersede revisions it does not own.
     #[serde(default)]
     pub owners: Vec<String>,
+    /// New compiler warnings the series means to add, each with why. A new
+    /// warning fails its patch's build check (as netdev's build checks do)
+    /// unless its text contains one of these `warning` strings.
+    #[serde(default)]
+    pub accepted_warnings: Vec<AcceptedWarning>,
+}
+
+/// `[[accepted-warnings]]`: a new warning a series adds on purpose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptedWarning {
+    /// Part of the warning's text, e.g. "unused variable: `lpa`".
+    pub warning: String,
+    /// Why the warning is intended; shown wherever it is accepted.
+    pub reason: String,
 }
 
 /// Whether `name` may name a series: it becomes a store key, a revision
@@ -84,6 +99,13 @@ pub fn load_manifest(path: &Path) -> Result<Manifest, SeriesError> {
             "name {:?}: one path component of [A-Za-z0-9._-] (1-100 characters, starting with a letter or digit) needed",
             m.name
         )));
+    }
+    for (i, w) in m.accepted_warnings.iter().enumerate() {
+        if w.warning.trim().len() < 8 || w.reason.trim().is_empty() {
+            return Err(bad(format!(
+                "accepted-warnings[{i}]: a `warning` of at least 8 characters and a `reason` are needed"
+            )));
+        }
     }
     for r in &m.revisions {
         let dir = Path::new(&r.dir);
