@@ -45,11 +45,14 @@ lint: setup
 	$(PHASE) lint/zizmor $(VENV)/bin/zizmor --offline --persona auditor --config .github/zizmor.yml .github/workflows
 
 # The store tests also run against a real PostgreSQL on loopback, started
-# here and stopped afterwards, pass or fail.
+# here and stopped afterwards, pass or fail. The verdict's property tests
+# run apart, so the seed of their 10 000 generated histories is printed
+# (PHYFARM_VERDICT_SEED=<seed> replays them).
 unit: setup
 	@url=$$(bash containers/postgres-test.sh start) || exit 2; \
 	trap 'bash containers/postgres-test.sh stop' EXIT; \
-	PHYFARM_TEST_POSTGRES="$$url" $(PHASE) unit $(CARGO) test --workspace
+	PHYFARM_TEST_POSTGRES="$$url" $(PHASE) unit $(CARGO) test --workspace -- --skip verdict::properties
+	$(PHASE) unit/verdict-properties $(CARGO) test -p phyfarm --lib verdict::properties -- --nocapture
 
 # The farm's checks (pytest-tests/farm) run in the pipeline phase, through
 # the real path: the shipped v8 through `phyfarm run`, on the patched kernels
