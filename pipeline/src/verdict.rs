@@ -337,10 +337,7 @@ fn render_lines(rep: &Report) -> String {
                 .unwrap_or_default(),
             number(m.value),
             m.unit,
-            serde_json::to_value(m.movement)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default()
+            m.call_text()
         ));
     }
     let hidden = rep.measurements.len() - rep.measurements.iter().filter(shown).count();

@@ -70,6 +70,11 @@ pub struct MeasurementRow {
     pub movement: Movement,
     /// One-sided Mann–Whitney p-value of the call, when computed.
     pub p: Option<f64>,
+    /// The call as the verdict decided it, in words (test, effect, p,
+    /// samples, power for a 5 % loss).
+    pub call: String,
+    /// The share of 5 % losses the base's noise lets the call catch.
+    pub power: Option<f64>,
     /// The revision's samples.
     pub values: Vec<f64>,
     /// The previous revision's value.
@@ -327,6 +332,8 @@ pub fn revision(
             delta_pct: m.delta_pct,
             movement: m.movement,
             p: m.p,
+            call: m.call_text(),
+            power: m.power,
             values: m.values.clone(),
             previous: prev_values
                 .get(&(m.name.clone(), m.variant.clone()))

@@ -226,7 +226,7 @@ pub fn movement(m: Movement) -> Markup {
         Movement::Regression => ("regression", "▼ regression"),
         Movement::Improvement => ("improvement", "▲ improvement"),
         Movement::WithinNoise => ("noise", "within noise"),
-        Movement::NoBand => ("noband", "no call (under 3 samples a side)"),
+        Movement::NoBand => ("noband", "no call (under 5 samples a side)"),
         Movement::NoBase => ("noband", "not measured on the base"),
     };
     html! { span class={"mv mv-" (class)} { (label) } }

@@ -315,13 +315,13 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
                                 } @else { "–" }
                             }
                             td.num { (pct(m.delta_pct)) }
-                            td { (movement(m.movement)) @if let Some(pv) = m.p { br; span.small.muted { (format!("p = {pv:.4}")) } } }
+                            td { (movement(m.movement)) br; span.small.muted.call { (m.call) } }
                             td.num { @if let Some(v) = m.previous { (human(v, &m.unit)) } @else { "–" } }
                         }
                     }
                 }
             }
-            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples gives p < 0.01 and the median is at least 15 % worse than the base's; a throughput regression fails its check. The band (μ ± 3σ of the base samples) is shown for reading." }
+            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples (at least 5 a side) gives p < 0.01 and the median is at least 2.5 % worse than the base's (half the 5 % loss the farm must catch); a throughput regression fails its check, and too few samples keep the revision testing. Each call says its effect, p, samples and the power its noise leaves for a 5 % loss. The band (μ ± 3σ of the base samples) is shown for reading only." }
         }
 
         h2 { "New warnings" }

@@ -187,7 +187,7 @@ pub fn trends(site: &Site, p: &Trends) -> Markup {
     let body = html! {
         h1 { "Trends" }
         p.muted { "Each point is a revision's mean over its runs; the grey bar is the base's noise band (μ ± 3σ), its line the base mean. "
-            "Red points are regressions outside the band, green improvements, blue within noise." }
+            "Red points are regressions called by the Mann–Whitney test (p < 0.01, at least 2.5 % worse), green improvements, blue within noise; the band decides nothing." }
         @if p.groups.is_empty() { p { "No measurements stored yet: they come from the farm's throughput and link-flap checks." } }
         @for g in &p.groups {
             h2 { a href=(site.page(&paths::series(&g.series))) { (g.series) } }

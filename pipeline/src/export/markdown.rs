@@ -1,6 +1,7 @@
 //! A markdown summary for a pull-request comment or a GitHub check run:
 //! the state and why, what counts against the series, what got fixed, the
-//! flaky checks, the measurements with their noise band, and the link to
+//! flaky checks, the measurements with their call as it was decided (the
+//! test, the effect, p, the samples, the power) beside the base's band, and the link to
 //! the dashboard. Every string from a patch or a log is escaped.
 
 use super::patchwork::{self, CheckState4};
@@ -180,13 +181,12 @@ pub fn export(b: &Bundle) -> String {
             let band = m.base.map_or("—".to_string(), |b| {
                 format!("{:.4e} … {:.4e} (n={})", b.low, b.high, b.samples)
             });
-            let call = match m.movement {
-                Movement::Regression => "❌ regression",
-                Movement::Improvement => "improvement",
-                Movement::WithinNoise => "within noise",
-                Movement::NoBand => "no band (<2 base samples)",
-                Movement::NoBase => "no base",
+            let mark = if m.movement == Movement::Regression {
+                "❌ "
+            } else {
+                ""
             };
+            let call = format!("{mark}{}", escape(&m.call_text()));
             s.push_str(&format!(
                 "| {}{} | {:.4e} {} | {band} | {} | {call} |\n",
                 escape(&m.name),

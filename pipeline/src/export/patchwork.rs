@@ -6,7 +6,7 @@
 //! copied onto every patch, as netdev's CI does (patchwork has no series
 //! checks). States: a new failure against the base is `fail`; ERROR, MISS or
 //! no result yet is `pending`; new warnings, flaky checks, failures the base
-//! has too, skips and measurements outside the noise band are `warning`;
+//! has too, skips and measurements called regressions are `warning`;
 //! otherwise `success`.
 
 use serde::Serialize;
@@ -111,18 +111,15 @@ fn perf(b: &Bundle) -> Option<Check> {
     let worse: Vec<String> = ms
         .iter()
         .filter(|m| m.movement == Movement::Regression)
-        .map(|m| {
-            format!(
-                "{} {:+.1}% outside the noise band",
-                m.name,
-                m.delta_pct.unwrap_or(0.0)
-            )
-        })
+        .map(|m| format!("{}: {}", m.name, m.call_text()))
         .collect();
     let (state, description) = if worse.is_empty() {
         (
             CheckState4::Success,
-            format!("{} measurements within the noise band or better", ms.len()),
+            format!(
+                "{} measurements, none significantly worse than the base",
+                ms.len()
+            ),
         )
     } else {
         (CheckState4::Warning, worse.join("; "))

@@ -174,9 +174,53 @@ pub fn shift(a: &[f64], b: &[f64], min_effect: f64) -> Option<Shift> {
     })
 }
 
+/// The share of `trials` in which a revision truly `effect` slower than
+/// `base` would be called lower (by [`lower`] at `min_effect`), each trial
+/// drawing `n` samples a side with replacement from the base's own samples
+/// (the revision's scaled by 1 − effect): the power the measured noise
+/// leaves for that loss. Deterministic: the draws are seeded by the samples.
+pub fn power(base: &[f64], n: usize, effect: f64, min_effect: f64, trials: usize) -> Option<f64> {
+    if base.len() < 2 || n == 0 || trials == 0 {
+        return None;
+    }
+    let mut state = base.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, x| {
+        (h ^ x.to_bits()).wrapping_mul(0x100_0000_01b3)
+    }) | 1;
+    let mut draw = || {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        base[(r % base.len() as u64) as usize]
+    };
+    let mut hits = 0;
+    for _ in 0..trials {
+        let b: Vec<f64> = (0..n).map(|_| draw()).collect();
+        let t: Vec<f64> = (0..n).map(|_| draw() * (1.0 - effect)).collect();
+        if lower(&b, &t, min_effect).is_some() {
+            hits += 1;
+        }
+    }
+    Some(hits as f64 / trials as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn power_grows_with_the_loss_and_the_samples_and_is_repeatable() {
+        // A paced link's per-second samples: about 1.5 % apart.
+        let base = [94.1, 92.6, 95.3, 93.8, 94.9, 93.2, 95.8, 94.4];
+        let p5 = power(&base, 6, 0.05, 0.025, 400).unwrap();
+        let p10 = power(&base, 6, 0.10, 0.025, 400).unwrap();
+        let none = power(&base, 6, 0.0, 0.025, 400).unwrap();
+        assert!(p10 >= p5 && p5 > none, "{none} {p5} {p10}");
+        assert!(none <= 0.02, "false alarms base against base: {none}");
+        assert_eq!(power(&base, 6, 0.05, 0.025, 400), Some(p5));
+        assert_eq!(power(&base[..1], 6, 0.05, 0.025, 400), None);
+    }
 
     #[test]
     fn exact_p_matches_the_tables() {
