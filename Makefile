@@ -119,6 +119,7 @@ bench: setup phyfarm
 	bash bench/boot-vs-vng.sh --build
 	$(VENV)/bin/python bench/revision-to-verdict.py
 	$(VENV)/bin/python bench/farm-fanout.py
+	$(VENV)/bin/python bench/throughput-power.py
 	bash bench/farm-scaling.sh
 
 # Mutation testing of the emulator crates with cargo-mutants (installed
