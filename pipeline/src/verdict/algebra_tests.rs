@@ -430,3 +430,88 @@ fn a_link_error_and_a_silent_failure_still_have_evidence() {
     st.log_path = None;
     assert_eq!(compare::evidence(&st), "no message and no log recorded");
 }
+
+#[test]
+fn a_run_dated_before_its_base_is_judged_against_the_base_as_it_stood_at_each_moment() {
+    // Clock skew: the revision's run ends before the comparable base run
+    // exists. Until the base is recorded a FAIL has nothing to share it with
+    // (a new failure); from the base's end on, the base fails it too.
+    let (_d, mut st) = store();
+    let mut r1 = run(
+        "r1",
+        Some(1),
+        "2026-06-01T00:00:00Z",
+        "2026-06-01T01:00:00Z",
+    );
+    r1.tests
+        .push(attempt("farm.dmesg", Status::Fail, 0, "FAIL: WARNING at x"));
+    st.record_run(&r1).unwrap();
+    let mut b = run("base", None, "2026-06-01T02:00:00Z", "2026-06-01T03:00:00Z");
+    b.tests
+        .push(attempt("farm.dmesg", Status::Fail, 0, "FAIL: WARNING at x"));
+    st.record_run(&b).unwrap();
+    let r = state_at(&mut st, "2026-06-02T00:00:00Z");
+    let states: Vec<(String, State)> = r
+        .transitions
+        .iter()
+        .map(|t| (t.at.to_string(), t.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("2026-06-01T00:00:00Z".to_string(), State::New),
+            ("2026-06-01T00:00:00Z".to_string(), State::Testing),
+            ("2026-06-01T01:00:00Z".to_string(), State::ChangesRequested),
+            ("2026-06-01T03:00:00Z".to_string(), State::AwaitingReview),
+        ]
+    );
+}
+
+#[test]
+fn two_acks_by_one_reviewer_and_a_withdrawn_nack_count_as_that_reviewers_latest_word() {
+    let (_d, mut st) = store();
+    st.record_run(&run(
+        "r1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    ))
+    .unwrap();
+    let word = |at: &str, kind| Review {
+        at: t(at),
+        by: "maintainer".into(),
+        kind,
+        reason: format!("{kind:?} at {at}"),
+    };
+    review(
+        &mut st,
+        &rev(),
+        &word("2026-06-02T02:00:00Z", ReviewKind::Ack),
+    )
+    .unwrap();
+    review(
+        &mut st,
+        &rev(),
+        &word("2026-06-02T03:00:00Z", ReviewKind::Ack),
+    )
+    .unwrap();
+    review(
+        &mut st,
+        &rev(),
+        &word("2026-06-02T04:00:00Z", ReviewKind::Nack),
+    )
+    .unwrap();
+    let r = state_at(&mut st, "2026-06-02T05:00:00Z");
+    assert_eq!(r.state, Some(State::ChangesRequested), "{}", r.reason);
+    // Withdrawn: the same reviewer's later ack.
+    review(
+        &mut st,
+        &rev(),
+        &word("2026-06-02T06:00:00Z", ReviewKind::Ack),
+    )
+    .unwrap();
+    let r = state_at(&mut st, "2026-06-02T07:00:00Z");
+    assert_eq!(r.state, Some(State::AwaitingReview), "{}", r.reason);
+    // The clock restarts from the withdrawal: 72 hours from 06:00.
+    assert_eq!(r.ready_at, Some(t("2026-06-05T06:00:00Z")));
+}
