@@ -82,6 +82,63 @@ def phylib_error(s: Splat) -> int | None:
     return int(m.group(1))
 
 
+#: Words of the frame a hang's evidence names, best first: the PHY drivers,
+#: the USB network driver, a PHY driver's callbacks, phylib.
+_HANG_FRAMES = ("ax88796b", "asix", "read_status", "phy_")
+#: A stack frame as the kernel prints it: ` func+0x1c/0x40` (`? ` unsure).
+_FRAME = re.compile(
+    r"^\s*(?:\[[ 0-9.]+\]\s*)?(?:\? )?([A-Za-z_$][A-Za-z0-9_$.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
+)
+#: A task line of sysrq's "Show Blocked State" (and the hung-task report).
+_TASK = re.compile(r"task:(\S+)\s+state:D|INFO: task (\S+) blocked for more than")
+#: Evidence of a hang is cut to this many bytes of kernel log.
+HANG_EVIDENCE_BYTES = 8192
+
+
+def blocked_frame(log: str) -> str | None:
+    """`<task> in <frame>`: the most telling frame of the blocked tasks'
+    stacks in a kernel log (sysrq `w`): the first frame that names a PHY or
+    USB network driver, else a PHY callback, else phylib; None without one."""
+    task = None
+    found: dict[int, str] = {}
+    for line in log.splitlines():
+        t = _TASK.search(line)
+        if t:
+            task = t.group(1) or t.group(2)
+            continue
+        f = _FRAME.match(line)
+        if f is None or task is None:
+            continue
+        for rank, word in enumerate(_HANG_FRAMES):
+            if word in f.group(1) and rank not in found:
+                found[rank] = f"{task} in {f.group(1)}"
+    return found[min(found)] if found else None
+
+
+def hang_evidence(agent: Agent | None) -> str:
+    """What a kernel developer asks for when a guest stops answering: the
+    blocked tasks' stacks (sysrq `w`, through the agent, which answers other
+    requests while one is stuck) from the kernel log, its most telling frame
+    first. Bounded: one 5 s request, HANG_EVIDENCE_BYTES of log."""
+    if agent is None:
+        return "no blocked-task report: no agent"
+    script = (
+        "if [ -w /proc/sysrq-trigger ]; then echo w > /proc/sysrq-trigger; "
+        "else echo 'no /proc/sysrq-trigger (CONFIG_MAGIC_SYSRQ)'; fi; dmesg"
+    )
+    try:
+        r = agent.run(["sh", "-c", script], timeout=5, max_output=1 << 20)
+    except (AgentError, GuestTimeout) as e:
+        return f"no blocked-task report: the agent could not run sysrq either ({e})"
+    log = r.stdout
+    at = log.rfind("Show Blocked State")
+    tail = log[at:] if at >= 0 else log[-HANG_EVIDENCE_BYTES:]
+    tail = tail[:HANG_EVIDENCE_BYTES]
+    frame = blocked_frame(tail)
+    head = f"blocked in {frame}" if frame else "blocked tasks: none named a driver frame"
+    return f"{head}\n{tail}"
+
+
 @dataclass(frozen=True)
 class QemuUser:
     """The user QEMU drops to when the harness runs as root (phyfarm decides
@@ -316,6 +373,8 @@ class Guest:
         #: judges itself (phylib's WARN on an injected MDIO error). Every
         #: other report still fails the check.
         self.expected_splats: list[Callable[[Splat], bool]] = []
+        #: Whether a hang's evidence was collected (once per guest).
+        self._hang_told = False
 
     # -- life cycle ----------------------------------------------------------
     def start(self) -> None:
@@ -363,10 +422,14 @@ class Guest:
         ]
 
     def _explain(self, e: Exception) -> Exception:
-        """A harness error while the kernel reported a problem is the kernel's fault."""
+        """A harness error while the kernel reported a problem is the kernel's
+        fault. A guest that stopped answering says where its tasks block."""
         s = self.splats()
         if s:
             return KernelFailure(s[0].what, s[0].excerpt, str(self.console))
+        if isinstance(e, GuestTimeout) and self.dead() is None and not self._hang_told:
+            self._hang_told = True
+            return GuestTimeout(f"{e}\n{hang_evidence(self.agent)}")
         if isinstance(e, GuestTimeout) or self.dead() is None:
             return e
         return GuestDied(f"{e} (console: {self.console})")

@@ -471,3 +471,43 @@ def test_goodput_is_the_receivers_steady_window():
     assert steady_goodput(intervals, clock=1.0, skip=0.0).samples == [60.0, 90.0, 96.0]
     with pytest.raises(AgentError, match="no interval past its first 5s"):
         steady_goodput(intervals, clock=1.0, skip=5.0)
+
+
+SYSRQ_W = """\
+[   42.123456] sysrq: Show Blocked State
+[   42.123500] task:ethtool         state:D stack:0     pid:90    tgid:90    ppid:1
+[   42.123510] Call Trace:
+[   42.123520]  <TASK>
+[   42.123530]  __schedule+0x2b0/0x6d0
+[   42.123540]  __mutex_lock.constprop.0+0x2f1/0x6a0
+[   42.123550]  phy_ethtool_get_link_ksettings+0x20/0x80
+[   42.123560]  </TASK>
+[   42.123600] task:kworker/0:2     state:D stack:0     pid:25    tgid:25    ppid:2
+[   42.123610] Workqueue: events_power_efficient phy_state_machine
+[   42.123620] Call Trace:
+[   42.123630]  <TASK>
+[   42.123800]  __schedule+0x2b0/0x6d0
+[   42.124100]  usb_start_wait_urb+0x83/0x150
+[   42.124300]  asix_read_cmd+0x4d/0x90
+[   42.124400]  asix_mdio_read+0x6b/0xf0
+[   42.124600]  mdiobus_read+0x30/0x50
+{rust_frame}+0x55/0x160
+[   42.124900]  phy_state_machine+0x5b/0x2b0
+[   42.125000]  </TASK>
+""".format(
+    rust_frame="[   42.124700]  _RNvXs_CsaBcD_13ax88796b_rustNtB4_11PhyAX88772A"
+    "NtNtNtCs1_6kernel3net3phy6Driver11read_status"
+)
+
+
+def test_a_hangs_evidence_names_the_driver_frame_a_blocked_task_waits_in():
+    from phyfarm_farm.guest import blocked_frame
+
+    got = blocked_frame(SYSRQ_W)
+    assert got is not None and got.startswith("kworker/0:2 in _RNvXs_"), got
+    assert got.endswith("Driver11read_status"), got
+    # Without a driver frame, phylib's own is the next best; without
+    # any task line, nothing is named.
+    phylib_only = SYSRQ_W.split("[   42.123600]")[0]
+    assert blocked_frame(phylib_only) == "ethtool in phy_ethtool_get_link_ksettings"
+    assert blocked_frame("[ 1.0] nothing blocked\n") is None

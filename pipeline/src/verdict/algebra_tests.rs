@@ -26,7 +26,7 @@ fn attempt(path: &str, status: Status, attempt: u32, excerpt: &str) -> TestResul
     }
 }
 
-const HANG: &str = "ERROR in call: phyfarm_farm.errors.GuestTimeout: the guest agent did not answer ethtool eth0 within 40s";
+const HANG: &str = "ERROR in call: phyfarm_farm.errors.GuestTimeout: the guest agent did not answer ethtool eth0 within 40s\nblocked in kworker/0:2 in _RNvXs_13ax88796b_rust11read_status\n[ 42.1] sysrq: Show Blocked State";
 const EMU_DIED: &str =
     "ERROR in call: phyfarm_farm.errors.EmulatorDied: ax88772-emu exited with 101";
 
@@ -335,7 +335,7 @@ fn a_guest_that_stops_answering_only_on_the_revision_is_the_revisions_fail() {
         (
             FindingKind::NewFailure,
             Status::Fail,
-            "FAIL: guest stopped answering (revision only; the base passed)"
+            "FAIL: guest stopped answering (revision only; the base passed); blocked: kworker/0:2 in _RNvXs_13ax88796b_rust11read_status"
         )
     );
 }

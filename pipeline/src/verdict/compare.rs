@@ -338,9 +338,17 @@ pub fn attribute_hangs(this: &mut Checks, base: &Checks) {
     for (key, st) in this.iter_mut() {
         let base_passed = base.get(key).is_some_and(|b| b.status == Status::Pass);
         if st.status == Status::Error && st.hung && base_passed {
+            // The harness's evidence names where the blocked tasks wait
+            // ("blocked in kworker/0:2 in ...read_status").
+            let blocked = st
+                .log_excerpt
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("blocked in "))
+                .map(|b| format!("; blocked: {b}"))
+                .unwrap_or_default();
             st.status = Status::Fail;
             st.log_excerpt = format!(
-                "FAIL: guest stopped answering (revision only; the base passed)\n{}",
+                "FAIL: guest stopped answering (revision only; the base passed){blocked}\n{}",
                 st.log_excerpt
             );
         }
