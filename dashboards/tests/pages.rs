@@ -113,10 +113,7 @@ async fn key_content_of_the_shipped_series() {
 
     let page = get(&store, "/series/rust-phy-enum-check/v8").await.body;
     assert!(page.contains("Farm matrix") && page.contains("farm.link_flap.flap10"));
-    assert!(
-        page.contains("94.1 Mbit/s"),
-        "throughput in readable units"
-    );
+    assert!(page.contains("94.1 Mbit/s"), "throughput in readable units");
     assert!(page.contains("flaky"));
 
     let v7: serde_json::Value = serde_json::from_str(
