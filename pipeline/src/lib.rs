@@ -17,6 +17,7 @@ pub mod verdict; // what the results mean: comparisons, flakes, the 72 h clock
 
 // Shared by every stage.
 pub mod config;
+pub mod jsonfile; // JSON files written atomically and read back
 pub mod progress;
 pub mod sandbox; // containers, and files read without following links
 

@@ -461,7 +461,7 @@ impl Run {
 
     /// Write atomically (temporary file + rename).
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        crate::build::metadata::write_json_atomic(path, self)
+        crate::jsonfile::write_json_atomic(path, self)
     }
 
     /// The checks a store can rely on; the reason names the field at fault.

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::build::metadata::{read_json, write_json_atomic};
 use crate::config::Paths;
+use crate::jsonfile::{read_json, write_json_atomic};
 use crate::progress::{self, info};
 use crate::sandbox::runtime::{podman_env, shell_quote, ulimit_args};
 

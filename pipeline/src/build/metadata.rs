@@ -3,8 +3,6 @@
 //! never sees half a file.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,30 +44,9 @@ pub struct ImageRef {
     pub id: String,
 }
 
-/// Write `value` as pretty JSON to `path` atomically.
-pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer_pretty(&mut tmp, value)?;
-    tmp.write_all(b"\n")?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
+pub use crate::jsonfile::{read_json, write_json_atomic};
 
-/// Read `path` as JSON, or `None` when it does not exist.
-pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<Option<T>> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// UTC time as RFC 3339, without pulling in a date library.
+/// UTC time as RFC 3339 (the results model's one date algorithm).
 pub fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -79,24 +56,7 @@ pub fn now_rfc3339() -> String {
 }
 
 pub fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::results::Timestamp(i64::try_from(secs).unwrap_or(i64::MAX)).to_string()
 }
 
 /// The first lines of a build log that look like errors, at most `max`.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::metadata::{read_json, write_json_atomic};
 use crate::config::Paths;
+use crate::jsonfile::{read_json, write_json_atomic};
 use crate::progress::info;
 
 /// `--accel`.

@@ -17,10 +17,11 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::build::images::{self, hex, ImageKind};
-use crate::build::metadata::{self, read_json, write_json_atomic, BuildMetadata};
+use crate::build::metadata::{self, BuildMetadata};
 use crate::config::{Paths, Variant};
 use crate::guest::accel::{self, Accel};
 use crate::guest::cpio::{self, Entry};
+use crate::jsonfile::{read_json, write_json_atomic};
 use crate::progress::{self, info};
 use crate::sandbox::runtime::{podman_env, Runtime};
 use crate::Outcome;

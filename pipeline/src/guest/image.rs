@@ -14,9 +14,9 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::build::images::{self, hex, ImageKind};
-use crate::build::metadata::write_json_atomic;
 use crate::config::Paths;
 use crate::guest::cpio::{self, Entry};
+use crate::jsonfile::write_json_atomic;
 use crate::progress::{self, info};
 use crate::sandbox::runtime::podman_env;
 
