@@ -19,6 +19,7 @@ pub mod verdict; // what the results mean: comparisons, flakes, the 72 h clock
 pub mod config;
 pub mod jsonfile; // JSON files written atomically and read back
 pub mod progress;
+pub mod run_folder; // the layout of a run folder, which every stage writes into
 pub mod sandbox; // containers, and files read without following links
 
 /// How a run ended, shared by the CLI and the test harness.

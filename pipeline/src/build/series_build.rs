@@ -54,8 +54,8 @@ pub const KUNIT_OPTIONS: [&str; 2] = [
     "CONFIG_KUNIT_DEFAULT_ENABLED=y",
 ];
 
-use crate::run::folder::RunFolder;
-pub use crate::run::folder::KUNIT_DIR;
+use crate::run_folder::RunFolder;
+pub use crate::run_folder::KUNIT_DIR;
 
 /// The KUnit build's entry among the gates (`gate.kunit_build`).
 pub const KUNIT_GATE: &str = "kunit-build";

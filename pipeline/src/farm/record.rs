@@ -154,8 +154,8 @@ pub fn base_key(
         opts.workers
     );
     field("options", options.as_bytes());
-    let folder = crate::run::folder::RunFolder::new(artifacts);
-    for k in ["rust", "c", crate::run::folder::KUNIT_DIR] {
+    let folder = crate::run_folder::RunFolder::new(artifacts);
+    for k in ["rust", "c", crate::run_folder::KUNIT_DIR] {
         if !folder.kernel(k).is_file() {
             continue;
         }

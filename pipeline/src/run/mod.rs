@@ -4,7 +4,6 @@
 //! kernels and on the unpatched base in the same environment, and the
 //! verdict. Defaults to the shipped series' newest revision.
 
-pub mod folder;
 pub mod record;
 pub mod selftest;
 pub mod trust;
@@ -17,7 +16,7 @@ use crate::build::series_build::{self, SeriesBuildOptions};
 use crate::config::{Paths, Variant};
 use crate::guest::boot::{self, BootOptions};
 use crate::progress::info;
-use crate::run::folder::RunFolder;
+use crate::run_folder::RunFolder;
 use crate::Outcome;
 
 /// The series the product ships with.

@@ -2,7 +2,7 @@
 //! the store's runs: one run of the unpatched base and one of the revision,
 //! in the same environment, so the verdict compares like with like.
 
-use crate::run::folder::RunFolder;
+use crate::run_folder::RunFolder;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -16,7 +16,7 @@ use crate::build::metadata::{self, Status};
 use crate::config::{Paths, Variant};
 use crate::ingest::series::Series;
 use crate::progress::{info, printable, warn};
-use crate::run::folder::RunFolder;
+use crate::run_folder::RunFolder;
 
 /// The file the series' enum exhaustiveness pass generates; the gate removes
 /// it so the check really runs again, then builds the rust/ directory.
