@@ -12,6 +12,7 @@ mod algebra_tests;
 pub mod clock;
 pub mod compare;
 pub mod differential;
+pub mod measure;
 #[cfg(test)]
 mod properties;
 pub mod stats;

@@ -51,13 +51,59 @@ def test_the_store_never_imports_the_verdict():
 
 def test_a_long_file_says_why_at_its_top():
     """pipeline/src keeps files short; a file over 500 lines states why in
-    its module comment (the tests of a module live beside it)."""
+    its module comment (the tests of a module live beside it, in tests.rs or
+    <topic>_tests.rs)."""
     unexplained = []
     for p in sorted((REPO / "pipeline/src").rglob("*.rs")):
         lines = p.read_text().splitlines()
-        if len(lines) <= 500 or p.name == "tests.rs":
+        if len(lines) <= 500 or p.name == "tests.rs" or p.name.endswith("_tests.rs"):
             continue
         head = "\n".join(lines[:30])
         if "One file over 500 lines:" not in head:
             unexplained.append(f"{p.relative_to(REPO)} ({len(lines)} lines)")
     assert not unexplained, unexplained
+
+
+#: The stages, in the order a revision meets them, and the leaves every
+#: stage may use. A stage never imports the orchestrator (`run`) or the
+#: verbs (`cli`); the results model imports no stage at all.
+STAGES = ("ingest", "build", "guest", "farm", "results", "store", "verdict", "export")
+LEAVES = ("config", "progress", "sandbox", "jsonfile", "run_folder", "results")
+
+
+def rust_imports(folder: str) -> list[tuple[str, str]]:
+    """(file:line, module) for every `crate::<module>` a stage's code names
+    (outside its tests)."""
+    out = []
+    base = REPO / "pipeline/src"
+    files = sorted((base / folder).rglob("*.rs"))
+    if (base / f"{folder}.rs").exists():
+        files.append(base / f"{folder}.rs")
+    for p in files:
+        if p.name in ("tests.rs",) or p.name.endswith("_tests.rs") or "tests" in p.parts:
+            continue
+        text = p.read_text().split("#[cfg(test)]")[0]
+        for n, line in enumerate(text.splitlines(), 1):
+            for m in re.finditer(r"\bcrate::([a-z_]+)", line):
+                out.append((f"{p.relative_to(REPO)}:{n}", m.group(1)))
+    return out
+
+
+def test_no_stage_imports_the_orchestrator_or_the_verbs():
+    offenders = [
+        f"{where} imports crate::{m}"
+        for stage in STAGES
+        for where, m in rust_imports(stage)
+        if m in ("run", "cli")
+    ]
+    assert not offenders, offenders
+
+
+def test_the_results_model_and_the_leaves_import_no_stage():
+    offenders = [
+        f"{where} imports crate::{m}"
+        for leaf in ("results", "jsonfile", "run_folder")
+        for where, m in rust_imports(leaf)
+        if m in STAGES and m != "results" or m in ("run", "cli")
+    ]
+    assert not offenders, offenders

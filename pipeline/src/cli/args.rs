@@ -1,5 +1,8 @@
 //! The command line's definitions: every verb, its options and their
 //! `--help`, in one place so the whole interface is reviewed together.
+//!
+//! One file over 500 lines: splitting the options by verb would scatter the
+//! one `--help` a reviewer reads as a whole.
 
 use std::path::PathBuf;
 
@@ -122,10 +125,8 @@ pub struct RecordArgs {
     /// A `phyfarm test` output folder (repeatable: one per matrix job)
     #[arg(long = "farm", value_name = "DIR")]
     pub farms: Vec<PathBuf>,
-    /// A `phyfarm test` output folder of the unpatched base's kernels, run
-    /// in the same environment (repeatable). Without it the farm has no
-    /// base to be compared with: a judged throughput is then MISS and the
-    /// revision keeps testing
+    /// A `phyfarm test` output folder of the base's kernels (repeatable);
+    /// without it a judged throughput is MISS and the revision keeps testing
     #[arg(long = "base-farm", value_name = "DIR")]
     pub base_farms: Vec<PathBuf>,
     /// The farm check families the matrix planned [default: every check]

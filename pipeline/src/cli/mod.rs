@@ -2,6 +2,9 @@
 //! options are in `args.rs` (the whole `--help` in one place); this file
 //! dispatches them, `guest.rs` holds the `phyfarm guest` verbs, and the work
 //! is in the stage modules.
+//!
+//! One file over 500 lines: the dispatch is one `match` over every verb, read
+//! beside `args.rs`.
 
 mod args;
 pub mod doctor;
