@@ -95,6 +95,42 @@ _TASK = re.compile(r"task:(\S+)\s+state:D|INFO: task (\S+) blocked for more than
 HANG_EVIDENCE_BYTES = 8192
 
 
+def readable_symbol(sym: str) -> str:
+    """A Rust v0 symbol (`_RNvXCs..._13ax88796b_rustNtB2_11PhyAX88772A...
+    6Driver11read_status`) as a reader wants it: `<ax88796b_rust::PhyAX88772A
+    as kernel::net::phy::Driver>::read_status`. The path's identifiers are
+    read (each length-prefixed, after a `_`-ended disambiguator or back
+    reference); anything else is returned as it is."""
+    if not sym.startswith("_R"):
+        return sym
+    groups: list[list[str]] = []
+    i = 0
+    while i < len(sym):
+        if sym[i] != "_" or i + 1 >= len(sym) or not sym[i + 1].isdigit():
+            i += 1
+            continue
+        i += 1
+        chain: list[str] = []
+        while i < len(sym) and sym[i].isdigit():
+            j = i
+            while j < len(sym) and sym[j].isdigit():
+                j += 1
+            n = int(sym[i:j])
+            if n == 0 or j + n > len(sym):
+                break
+            chain.append(sym[j : j + n])
+            i = j + n
+        if chain:
+            groups.append(chain)
+    if not groups:
+        return sym
+    if len(groups) >= 3 and len(groups[-1]) >= 2:
+        impl = "::".join(groups[0] + groups[1])
+        trait = "::".join(groups[-1][:-1])
+        return f"<{impl} as {trait}>::{groups[-1][-1]}"
+    return "::".join(x for g in groups for x in g)
+
+
 def blocked_frame(log: str) -> str | None:
     """`<task> in <frame>`: the most telling frame of the blocked tasks'
     stacks in a kernel log (sysrq `w`): the first frame that names a PHY or
@@ -111,7 +147,7 @@ def blocked_frame(log: str) -> str | None:
             continue
         for rank, word in enumerate(_HANG_FRAMES):
             if word in f.group(1) and rank not in found:
-                found[rank] = f"{task} in {f.group(1)}"
+                found[rank] = f"{task} in {readable_symbol(f.group(1))}"
     return found[min(found)] if found else None
 
 
