@@ -91,6 +91,13 @@ _FRAME = re.compile(
 )
 #: A task line of sysrq's "Show Blocked State" (and the hung-task report).
 _TASK = re.compile(r"task:(\S+)\s+state:D|INFO: task (\S+) blocked for more than")
+#: Once a check's guest of one variant stopped answering in a farm run,
+#: the other checks of that variant in the same run give each command this
+#: long (not --guest-timeout): they still run and record what they see, but
+#: a revision whose guests hang does not cost the full limit per check. The
+#: farm's retry runs in a folder of its own, where the first hang again gets
+#: the full limit.
+HUNG_CAP = 15.0
 #: Evidence of a hang is cut to this many bytes of kernel log.
 HANG_EVIDENCE_BYTES = 8192
 
@@ -411,6 +418,12 @@ class Guest:
         self.expected_splats: list[Callable[[Splat], bool]] = []
         #: Whether a hang's evidence was collected (once per guest).
         self._hang_told = False
+        #: Called with the evidence when this guest stops answering (the
+        #: plugin marks the variant as hanging for the rest of the run).
+        self.on_hang: Callable[[str], None] | None = None
+        #: A shorter limit for every command, and why (set once another
+        #: check of the same variant hung in this run: see HUNG_CAP).
+        self.command_cap: tuple[float, str] | None = None
 
     # -- life cycle ----------------------------------------------------------
     def start(self) -> None:
@@ -465,15 +478,25 @@ class Guest:
             return KernelFailure(s[0].what, s[0].excerpt, str(self.console))
         if isinstance(e, GuestTimeout) and self.dead() is None and not self._hang_told:
             self._hang_told = True
-            return GuestTimeout(f"{e}\n{hang_evidence(self.agent)}")
+            evidence = hang_evidence(self.agent)
+            if self.on_hang is not None:
+                self.on_hang(evidence)
+            cap = f" ({self.command_cap[1]})" if self.command_cap else ""
+            return GuestTimeout(f"{e}{cap}\n{evidence}")
         if isinstance(e, GuestTimeout) or self.dead() is None:
             return e
         return GuestDied(f"{e} (console: {self.console})")
 
     # -- commands ------------------------------------------------------------
+    def limit(self, timeout: float | None) -> float:
+        """A command's time limit: asked, at most the guest timeout, at most
+        the cap a hang earlier in the run set."""
+        t = min(timeout or self.cfg.timeout, self.cfg.timeout)
+        return min(t, self.command_cap[0]) if self.command_cap else t
+
     def run(self, argv: list[str], timeout: float | None = None, **kw) -> CmdResult:
         assert self.agent is not None
-        t = min(timeout or self.cfg.timeout, self.cfg.timeout)
+        t = self.limit(timeout)
         try:
             return self.agent.run(argv, timeout=t, **kw)
         except (AgentError, GuestTimeout) as e:
@@ -499,7 +522,7 @@ class Guest:
     def result(self, pending, timeout: float) -> dict:
         assert self.agent is not None
         try:
-            return self.agent.result(pending, timeout)
+            return self.agent.result(pending, self.limit(timeout))
         except (AgentError, GuestTimeout) as e:
             raise self._explain(e) from e
 

@@ -36,6 +36,7 @@ from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
 from .exporter import Exporter
 from .farm import Farm
 from .guest import (
+    HUNG_CAP,
     Guest,
     GuestConfig,
     cache_dir,
@@ -646,6 +647,14 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         tsc_khz=host_tsc_khz() if env.accel == "tcg" else None,
     )
     guest = Guest(cfg, sockdir, logdir)
+    hung = env.results_dir / f"hung-{_safe(variant)}"
+    guest.on_hang = lambda evidence: _mark_hung(hung, item.nodeid, evidence)
+    if hung.is_file():
+        first = hung.read_text(errors="replace").splitlines()[0][:200]
+        guest.command_cap = (
+            HUNG_CAP,
+            f"each command capped at {HUNG_CAP:.0f}s: {first} stopped answering earlier",
+        )
     farm = Farm(guest=guest, emu=emu, variant=variant, accel=env.accel)
     farm.exporter = exporter
     item._phyfarm_farm = farm
@@ -669,6 +678,14 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
             ("measurement", json.dumps({"name": "ifup_to_carrier", "value": t, "unit": "s"}))
         )
     return farm
+
+
+def _mark_hung(marker: Path, nodeid: str, evidence: str) -> None:
+    """Remember, for the rest of this farm run, that a guest of this variant
+    stopped answering (the first one named; see guest.HUNG_CAP)."""
+    if not marker.exists():
+        with contextlib.suppress(OSError):
+            marker.write_text(f"{nodeid}\n{evidence[:2000]}\n")
 
 
 @pytest.fixture

@@ -512,3 +512,19 @@ def test_a_hangs_evidence_names_the_driver_frame_a_blocked_task_waits_in():
     phylib_only = SYSRQ_W.split("[   42.123600]")[0]
     assert blocked_frame(phylib_only) == "ethtool in phy_ethtool_get_link_ksettings"
     assert blocked_frame("[ 1.0] nothing blocked\n") is None
+
+
+def test_after_a_hang_the_variants_other_checks_give_each_command_the_cap(tmp_path):
+    from phyfarm_farm.guest import HUNG_CAP, Guest, GuestConfig
+    from phyfarm_farm.plugin import _mark_hung
+
+    cfg = GuestConfig(kernel=tmp_path / "k", initrd=tmp_path / "i", accel="tcg", timeout=40)
+    g = Guest(cfg, tmp_path / "s", tmp_path / "logs")
+    assert g.limit(None) == 40 and g.limit(5) == 5 and g.limit(100) == 40
+    g.command_cap = (HUNG_CAP, "capped: x hung earlier")
+    assert g.limit(None) == HUNG_CAP and g.limit(5) == 5
+    # The first hang of a run is the one remembered.
+    marker = tmp_path / "hung-rust"
+    _mark_hung(marker, "test_link_flap[rust-plain]", "blocked in kworker/0:2 in read_status")
+    _mark_hung(marker, "test_probe[rust]", "later")
+    assert marker.read_text().splitlines()[0] == "test_link_flap[rust-plain]"
