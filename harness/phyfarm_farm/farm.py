@@ -47,6 +47,11 @@ class Goodput:
     seconds: float
     #: The sender's retransmitted segments over the whole run, if reported.
     retransmits: int | None = None
+    #: Bytes the receiver says it received over the whole run.
+    claimed_bytes: float = 0.0
+    #: Bytes of Ethernet frames the emulator carried in the data's direction
+    #: over the run, counted on the host (None without the emulator).
+    wire_bytes: int | None = None
 
 
 def steady_goodput(intervals: list[dict], clock: float, skip: float = 1.0) -> Goodput:
@@ -289,7 +294,12 @@ END
         -O (the sender's backlog at the end of the omitted time then counts
         as received) nor a sender-side figure (bytes in the socket buffer,
         not on the wire) is used."""
+        # The host's own count of what crossed the wire, around the run: the
+        # guest's figures are checked against it (a kernel can say anything).
+        key = "rx_bytes" if reverse else "tx_bytes"
+        before = self.emu.counters().get(key) if self.emu is not None else None
         d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
+        after = self.emu.counters().get(key) if self.emu is not None else None
         side = d if reverse else d.get("server_output_json")
         if not isinstance(side, dict) or not side.get("intervals"):
             raise AgentError(
@@ -298,6 +308,9 @@ END
             )
         g = steady_goodput(side["intervals"], clock, skip)
         g.retransmits = d["end"].get("sum_sent", {}).get("retransmits")
+        g.claimed_bytes = sum(float(i["sum"]["bytes"]) for i in side["intervals"])
+        if isinstance(before, int) and isinstance(after, int):
+            g.wire_bytes = after - before
         return g
 
     def iperf(

@@ -528,3 +528,49 @@ def test_after_a_hang_the_variants_other_checks_give_each_command_the_cap(tmp_pa
     _mark_hung(marker, "test_link_flap[rust-plain]", "blocked in kworker/0:2 in read_status")
     _mark_hung(marker, "test_probe[rust]", "later")
     assert marker.read_text().splitlines()[0] == "test_link_flap[rust-plain]"
+
+
+class _WireEmu:
+    """An emulator whose counters advance by `per_run` between two reads."""
+
+    def __init__(self, per_run: int) -> None:
+        self.reads = 0
+        self.per_run = per_run
+
+    def counters(self) -> dict:
+        self.reads += 1
+        n = self.per_run * (self.reads // 2)
+        return {"tx_bytes": n, "rx_bytes": n}
+
+
+class _IperfGuest:
+    """A guest whose iperf3 receiver says it got `bytes_per_second` for 8 s."""
+
+    def __init__(self, bytes_per_second: float) -> None:
+        self.bps = bytes_per_second
+
+    def read(self, path: str) -> str:
+        return "100.0 90.0"
+
+    def run(self, argv, timeout=None, **kw):
+        from phyfarm_farm.agent import CmdResult
+
+        one = {"seconds": 1.0, "bytes": self.bps, "bits_per_second": self.bps * 8}
+        intervals = [{"sum": {"start": float(i), **one}} for i in range(8)]
+        doc = {"intervals": intervals, "end": {"sum_sent": {"retransmits": 0}}}
+        doc["server_output_json"] = {"intervals": intervals}
+        return CmdResult(argv=argv, exit=0, stdout=json.dumps(doc), stderr="", seconds=0.1)
+
+
+def test_the_receivers_bytes_are_checked_against_the_emulators_wire_count():
+    from phyfarm_farm.farm import Farm
+
+    # 11.5 MB a second claimed for 8 s; the wire carried 96 MB (frames
+    # with headers): consistent. The same claim over a wire that carried
+    # 10 MB is a guest whose figures cannot be true.
+    ok = Farm(guest=_IperfGuest(11.5e6), emu=_WireEmu(96_000_000), variant="rust", accel="tcg")
+    g = ok.tcp_goodput(seconds=8, reverse=False, skip=2.0)
+    assert g.wire_bytes == 96_000_000 and g.claimed_bytes == 92e6
+    lying = Farm(guest=_IperfGuest(11.5e6), emu=_WireEmu(10_000_000), variant="rust", accel="tcg")
+    g = lying.tcp_goodput(seconds=8, reverse=True, skip=2.0)
+    assert g.wire_bytes == 10_000_000 and g.claimed_bytes > g.wire_bytes

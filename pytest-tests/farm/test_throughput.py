@@ -6,7 +6,9 @@ host time (the guest clock's rate over each run is measured and recorded).
 TCP runs with timestamps off and is counted at the receiver without its
 first two seconds of ramp-up, as bench/guest-throughput.py measures the line
 rate (Farm.tcp_goodput): the link's steady goodput, comparable with 1460/1538
-of the line."""
+of the line. The receiver's byte count is checked against the emulator's own
+count of the frames it carried (host side): a guest claiming more than the
+wire carried FAILs, whatever its iperf3 says."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ CEILING = 1.03
 SKIP = 2.0
 #: UDP is offered at this share of the line rate.
 UDP_SHARE = 0.5
+#: The receiver's bytes may exceed the frames the emulator counted by this
+#: much before the guest's figure is called impossible (iperf3's control
+#: exchange and the counters' read around the run).
+WIRE_SLACK_BYTES = 64 * 1024
 #: Loss above this is a broken path; below it, loss on a one-vCPU TCG guest is
 #: the receiver falling behind, recorded, not judged.
 UDP_MAX_LOSS = 50.0  # percent
@@ -63,6 +69,17 @@ def test_throughput(farm, variant, measure):
         measure(f"{name}_ratio_to_line", rate / tcp_max, "ratio")
         if g.retransmits is not None:
             measure(f"{name}_retransmits", g.retransmits, "segments")
+        if g.wire_bytes is not None:
+            # Host-side ground truth: the emulator's count of the frames it
+            # carried. TCP payload is less than the frames that carry it,
+            # so a receiver claiming more than the wire carried is a guest
+            # whose figures cannot be true.
+            measure(f"{name}_wire_bytes", g.wire_bytes, "bytes")
+            if g.claimed_bytes > g.wire_bytes + WIRE_SLACK_BYTES:
+                problems.append(
+                    f"{name}: the guest reports {g.claimed_bytes / 1e6:.2f} MB received, "
+                    f"the wire carried {g.wire_bytes / 1e6:.2f} MB (ax88772-emu's counters)"
+                )
         if rate < FLOOR * tcp_max:
             problems.append(
                 f"{name} {rate:.1f} Mbit/s is below {FLOOR:.0%} of the {tcp_max:.1f} Mbit/s "
