@@ -1,0 +1,469 @@
+"""The fleet path end to end: the workflows' jobs run as written (see
+executor.py), with the real phyfarm, a real SQLite store and a git origin
+holding the shipped series, for pull requests a maintainer and a stranger
+open and for a maintainer's objection.
+
+The build and farm jobs of pull-request.yml need the kbuild container and
+QEMU guests; their artifacts are the outputs of a real run kept in
+pipeline/tests/fixtures/real-run, split per variant and check group as the
+matrix uploads them. Everything after them (collect, the trusted record in
+pull-request-report.yml, the verdicts job) runs here. Each scenario asserts
+the store's end state; a refusal leaves the store's dump unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from executor import Executor
+
+from conftest import REPO
+
+WORKFLOWS = REPO / ".github" / "workflows"
+REAL_RUN = REPO / "pipeline" / "tests" / "fixtures" / "real-run"
+SERIES = "rust-phy-enum-check"
+MAINTAINER = "maint"
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.invalid",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    }
+    p = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    assert p.returncode == 0, f"git {args}: {p.stderr}"
+    return p.stdout.strip()
+
+
+def relabel(src: Path, dest: Path, version: int) -> None:
+    """A copy of a revision folder whose subjects say `v<version>`."""
+    dest.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        text = f.read_text().replace("net-next v8 ", f"net-next v{version} ")
+        (dest / f.name).write_text(text)
+
+
+class Origin:
+    """The repository the workflows check out: the default branch holds
+    the series (owned by MAINTAINER) with v7; pull request 1 (the
+    maintainer's) adds v8 and was force-pushed once; pull request 2 (a
+    stranger's) adds v9."""
+
+    def __init__(self, root: Path) -> None:
+        self.bare = root / "origin.git"
+        work = root / "seed"
+        git(root, "init", "--quiet", "--bare", "-b", "main", str(self.bare))
+        git(self.bare, "config", "uploadpack.allowAnySHA1InWant", "true")
+        git(root, "init", "--quiet", "-b", "main", str(work))
+        # phyfarm knows its repository (PHYFARM_REPO) by its containers/
+        # and kconfig fragments.
+        for top in (".github", "containers", "pipeline/kconfig"):
+            shutil.copytree(REPO / top, work / top)
+        series = work / "patches" / SERIES
+        series.mkdir(parents=True)
+        manifest = (REPO / "patches" / SERIES / "series.toml").read_text()
+        manifest = manifest.replace(
+            'tree = "net-next"\n', f'tree = "net-next"\nowners = ["github:{MAINTAINER}"]\n', 1
+        )
+        (series / "series.toml").write_text(manifest)
+        shutil.copytree(REPO / "patches" / SERIES / "v7", series / "v7")
+        git(work, "add", "-A")
+        git(work, "commit", "--quiet", "-m", "the series with v7")
+        self.main = git(work, "rev-parse", "HEAD")
+        git(work, "push", "--quiet", str(self.bare), "main")
+        # Pull request 1: v8, reviewed, then force-pushed (a new commit
+        # message), so the reviewed commit is on no ref any more.
+        git(work, "checkout", "--quiet", "-b", "pr1")
+        shutil.copytree(REPO / "patches" / SERIES / "v8", series / "v8")
+        git(work, "add", "-A")
+        git(work, "commit", "--quiet", "-m", "v8")
+        self.pr1_reviewed = git(work, "rev-parse", "HEAD")
+        git(work, "push", "--quiet", str(self.bare), "HEAD:refs/pull/1/head")
+        git(work, "commit", "--quiet", "--amend", "-m", "v8, forward-ported to 6.12")
+        self.pr1 = git(work, "rev-parse", "HEAD")
+        git(work, "push", "--quiet", "--force", str(self.bare), "HEAD:refs/pull/1/head")
+        # Pull request 2: a stranger's v9 of the same series.
+        git(work, "checkout", "--quiet", "-b", "pr2", "main")
+        relabel(REPO / "patches" / SERIES / "v8", series / "v9", 9)
+        git(work, "add", "-A")
+        git(work, "commit", "--quiet", "-m", "v9")
+        self.pr2 = git(work, "rev-parse", "HEAD")
+        git(work, "push", "--quiet", str(self.bare), "HEAD:refs/pull/2/head")
+        self.v9 = series / "v9"
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory) -> Origin:
+    for tool in ("git", "jq", "bash"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed: the workflows' steps need it")
+    return Origin(tmp_path_factory.mktemp("origin"))
+
+
+@pytest.fixture(scope="module")
+def binaries(phyfarm, tmp_path_factory) -> Path:
+    """A `cargo` that installs the phyfarm under test (and the dashboard
+    binary beside it) where `cargo build -p phyfarm` leaves it."""
+    stubs = tmp_path_factory.mktemp("stubs")
+    dashboard = phyfarm.binary.with_name("phyfarm-dashboard")
+    lines = [
+        "#!/bin/sh",
+        "set -e",
+        "mkdir -p target/debug",
+        f"cp '{phyfarm.binary}' target/debug/phyfarm",
+    ]
+    if dashboard.exists():
+        lines.append(f"cp '{dashboard}' target/debug/phyfarm-dashboard")
+    (stubs / "cargo").write_text("\n".join(lines) + "\n")
+    (stubs / "cargo").chmod(0o755)
+    return stubs
+
+
+def dump(store: Path) -> str:
+    if not store.exists():
+        return "<no store>"
+    with sqlite3.connect(store) as con:
+        return "\n".join(con.iterdump())
+
+
+def split_real_run(artifacts: Path, name: str, series_json: dict | None = None) -> None:
+    """The real run's outputs as the matrix uploads them: one build per
+    variant (`build-<name>-<variant>`), one farm result per variant and
+    check group (`farm-<name>-<variant>-<group>`)."""
+    build = json.loads((REAL_RUN / "series-build.json").read_text())
+    if series_json is not None:
+        build["series"] = series_json
+    for v in ("rust", "c"):
+        part = copy.deepcopy(build)
+        part["base"] = {v: build["base"][v]}
+        part["builds"] = [b for b in build["builds"] if b["variant"] == v]
+        part["gates"] = build["gates"] if v == "rust" else []
+        d = artifacts / f"build-{name}-{v}" / f"{name}-{v}"
+        d.mkdir(parents=True)
+        (d / "series-build.json").write_text(json.dumps(part))
+    docs = [
+        json.loads((REAL_RUN / f / "results.json").read_text()) for f in ("farm", "farm-throughput")
+    ]
+    groups: dict[tuple[str, str], list] = {}
+    for doc in docs:
+        for t in doc["tests"]:
+            group = t["id"].split("[")[0].split(".")[1]
+            groups.setdefault((t["variant"], group), []).append(t)
+    order = ["FAIL", "ERROR", "MISS", "PASS", "DONE", "SKIP"]
+    for (v, group), tests in groups.items():
+        doc = {k: val for k, val in docs[0].items() if k not in ("tests", "counts", "status")}
+        counts: dict[str, int] = {}
+        for t in tests:
+            counts[t["status"]] = counts.get(t["status"], 0) + 1
+        doc.update(
+            tests=tests,
+            counts=counts,
+            status=min((t["status"] for t in tests), key=order.index),
+        )
+        d = artifacts / f"farm-{name}-{v}-{group}" / f"{name}-{v}-{group}"
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps(doc))
+
+
+class Fleet:
+    """One scenario: the trusted runner's store, and runs of workflows."""
+
+    def __init__(self, root: Path, origin: Origin, stubs: Path) -> None:
+        self.root = root
+        self.origin = origin
+        self.store = root / "fleet.sqlite"
+        self.env = {
+            "PATH": f"{stubs}:{os.environ['PATH']}",
+            "HOME": str(root / "home"),
+            "PHYFARM_CACHE": str(root / "cache"),
+            "LANG": "C.UTF-8",
+        }
+        (root / "home").mkdir()
+
+    def executor(self, workflow: str, run: str, event: dict, sha: str, **kw) -> Executor:
+        return Executor(
+            WORKFLOWS / workflow,
+            root=self.root / run,
+            origin=self.origin.bare,
+            event=event,
+            sha=sha,
+            artifacts=self.root / run / "artifacts",
+            env=kw.pop("env", self.env),
+            **kw,
+        )
+
+    def pull_request(self, number: int, head: str, forge=None) -> Executor:
+        """pull-request.yml for pull request `number` at `head`; the build
+        and farm jobs' artifacts come from the real run, then `forge` may
+        edit them (the pull request controls them)."""
+        event = {
+            "pull_request": {
+                "number": number,
+                "base": {"sha": self.origin.main},
+                "head": {"sha": head},
+            }
+        }
+        pr = self.executor("pull-request.yml", f"pr{number}", event, head)
+        pr.run(["detect"])
+        assert pr.results["detect"].conclusion == "success", pr.results["detect"].text()
+        revisions = json.loads(pr.results["detect"].outputs["revisions"])
+        for r in revisions:
+            name = f"{r['series']}-v{r['version']}"
+            series = None
+            if r["version"] == 9:
+                series = json.loads(
+                    subprocess.run(
+                        [self.env_phyfarm(), "series", "show", "--json", str(self.origin.v9)],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    ).stdout
+                )
+            split_real_run(pr.artifacts, name, series)
+        if forge:
+            forge(pr.artifacts)
+        pr.run(["collect"], replaced={"build": "real-run fixture", "farm": "real-run fixture"})
+        return pr
+
+    def env_phyfarm(self) -> str:
+        return os.environ.get("PHYFARM_BIN", str(REPO / "target/debug/phyfarm"))
+
+    def trusted_record(self, pr: Executor, author: str) -> dict:
+        """pull-request-report.yml's record job for that run, on the
+        trusted runner (PHYFARM_STORE is the fleet's)."""
+        event = {
+            "workflow_run": {
+                "id": 4242,
+                "event": "pull_request",
+                "head_sha": pr.sha,
+                "actor": {"login": author},
+            },
+            "repository": {"default_branch": "main"},
+        }
+        report = Executor(
+            WORKFLOWS / "pull-request-report.yml",
+            root=self.root / f"report-{pr.name}-{pr.event['pull_request']['number']}",
+            origin=self.origin.bare,
+            event=event,
+            sha=self.origin.main,
+            artifacts=pr.artifacts,
+            env={**self.env, "PHYFARM_STORE": str(self.store)},
+        )
+        # `report` posts a neutral check with github-script: GitHub only.
+        return report.run(["record"])
+
+    def phyfarm(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [self.env_phyfarm(), "--store", str(self.store), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def verdict(self, revision: str) -> dict:
+        p = self.phyfarm("verdict", revision, "--json")
+        assert p.returncode in (0, 1, 2), p.stderr
+        return json.loads(p.stdout)
+
+
+@pytest.fixture
+def fleet(tmp_path, origin, binaries) -> Fleet:
+    return Fleet(tmp_path, origin, binaries)
+
+
+def recorded_revisions(store: Path) -> list[tuple[str, int, str]]:
+    if not store.exists():
+        return []
+    with sqlite3.connect(store) as con:
+        return con.execute(
+            "SELECT s.name, r.version, r.patchset_hash"
+            " FROM revisions r JOIN series s ON s.id = r.series_id"
+        ).fetchall()
+
+
+def test_a_maintainers_revision_is_recorded_with_the_identity_phyfarm_parsed(fleet, origin):
+    pr = fleet.pull_request(1, origin.pr1)
+    collect = pr.results["collect"]
+    summary = (pr.artifacts / "phyfarm-summary" / "summary.md").read_text()
+    assert f"{SERIES}/v8" in summary, collect.text()
+    jobs = fleet.trusted_record(pr, MAINTAINER)
+    record = jobs["record"]
+    parsed = json.loads(
+        subprocess.run(
+            [
+                fleet.env_phyfarm(),
+                "series",
+                "show",
+                "--json",
+                str(REPO / "patches" / SERIES / "v8"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert recorded_revisions(fleet.store) == [(SERIES, 8, parsed["patchset_hash"])], record.text()
+    v = fleet.verdict(f"{SERIES}/v8")
+    # The revision run and its base run, together.
+    assert len(v["runs"]) == 1 and v["base_run"], v
+    # The job fails exactly when the verdict cannot be given yet (exit 2)
+    # or the revision failed (exit 1): no failure is swallowed.
+    expect = "success" if v["state"] == "awaiting-review" else "failure"
+    assert record.conclusion == expect, (v["state"], v["reason"], record.text())
+
+
+def forge_series_build(artifacts: Path) -> None:
+    for f in artifacts.glob(f"build-{SERIES}-v8-*/*/series-build.json"):
+        doc = json.loads(f.read_text())
+        doc["series"]["version"] = 99
+        f.write_text(json.dumps(doc))
+
+
+def forge_results_counts(artifacts: Path) -> None:
+    """A FAIL, and the summary fields claiming it passed."""
+    f = next(artifacts.glob(f"farm-{SERIES}-v8-rust-probe/*/results.json"))
+    doc = json.loads(f.read_text())
+    doc["tests"][0]["status"] = "FAIL"
+    f.write_text(json.dumps(doc))
+
+
+def forge_results_verdict(artifacts: Path) -> None:
+    """A verdict of its own, in a field phyfarm does not read."""
+    f = next(artifacts.glob(f"farm-{SERIES}-v8-c-dmesg/*/results.json"))
+    doc = json.loads(f.read_text())
+    doc["verdict"] = "ready-to-merge"
+    f.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("forge", "names"),
+    [
+        (forge_series_build, "series-build.json: series.version: the artifact claims v99"),
+        (forge_results_counts, "results.json: counts:"),
+        (forge_results_verdict, "unknown field `verdict`"),
+    ],
+    ids=["series-build.json", "results.json-counts", "results.json-field"],
+)
+def test_a_forged_artifact_is_refused_and_nothing_is_recorded(fleet, origin, forge, names):
+    before = dump(fleet.store)
+    pr = fleet.pull_request(1, origin.pr1, forge=forge)
+    # The pull request's own run fails too: its collect step does not
+    # swallow the refusal.
+    assert pr.results["collect"].conclusion == "failure", pr.results["collect"].text()
+    record = fleet.trusted_record(pr, MAINTAINER)["record"]
+    assert record.conclusion == "failure", record.text()
+    assert names in record.text(), record.text()
+    assert dump(fleet.store) == before, "a refused artifact changed the store"
+
+
+def test_a_stranger_cannot_add_a_revision_to_a_series_they_do_not_own(fleet, origin):
+    # The maintainers' v8 is recorded first.
+    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+    assert [r[:2] for r in recorded_revisions(fleet.store)] == [(SERIES, 8)]
+    before = dump(fleet.store)
+    pr = fleet.pull_request(2, origin.pr2)
+    record = fleet.trusted_record(pr, "mallory")["record"]
+    assert record.conclusion == "failure", record.text()
+    assert "owners: github:mallory is not an owner of series" in record.text(), record.text()
+    assert dump(fleet.store) == before
+    assert fleet.verdict(f"{SERIES}/v8")["state"] != "superseded"
+
+
+def gh_stub(stubs: Path, responses: dict[str, object]) -> None:
+    """`gh api [--paginate] ENDPOINT [--jq EXPR]` answering from
+    `responses` (endpoint prefix -> JSON); an endpoint it does not know
+    fails as an API error does."""
+    data = stubs / "gh-responses.json"
+    data.write_text(json.dumps(responses))
+    script = f"""#!/usr/bin/env python3
+import json, subprocess, sys
+args = [a for a in sys.argv[1:] if a != "--paginate"]
+assert args[0] == "api", args
+endpoint, jq = args[1], None
+if "--jq" in args:
+    jq = args[args.index("--jq") + 1]
+responses = json.load(open({str(data)!r}))
+hit = [v for k, v in responses.items() if endpoint.startswith(k)]
+if not hit:
+    print(f"gh: HTTP 502: {{endpoint}}", file=sys.stderr)
+    sys.exit(1)
+text = json.dumps(hit[0])
+if jq:
+    p = subprocess.run(["jq", "-r", jq], input=text, capture_output=True, text=True, check=True)
+    text = p.stdout
+sys.stdout.write(text if text.endswith("\\n") else text + "\\n")
+"""
+    (stubs / "gh").write_text(script)
+    (stubs / "gh").chmod(0o755)
+
+
+def review(id_: int, login: str, role: str, commit: str, body: str) -> dict:
+    return {
+        "id": id_,
+        "state": "CHANGES_REQUESTED",
+        "author_association": role,
+        "user": {"login": login},
+        "commit_id": commit,
+        "body": body,
+    }
+
+
+def verdicts_run(fleet: Fleet, origin: Origin, run: str) -> dict:
+    event: dict = {}
+    ex = fleet.executor(
+        "verdicts.yml",
+        run,
+        event,
+        origin.main,
+        env={**fleet.env, "PHYFARM_STORE": str(fleet.store)},
+        github={"repository": "phyfarm/phyfarm"},
+    )
+    # `deploy` publishes the export with deploy-pages: GitHub only.
+    return ex.run(["verdicts"])
+
+
+def test_a_maintainers_nack_on_a_force_pushed_commit_is_recorded_once(fleet, origin, tmp_path):
+    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+    stubs = Path(fleet.env["PATH"].split(":")[0])
+    gh_stub(
+        stubs,
+        {
+            "repos/phyfarm/phyfarm/pulls?": [{"number": 1, "base": {"sha": origin.main}}],
+            "repos/phyfarm/phyfarm/pulls/1/reviews": [
+                review(11, MAINTAINER, "MEMBER", origin.pr1_reviewed, "the enum check\tmisses"),
+                review(12, "passer-by", "NONE", origin.pr1, "I object too"),
+            ],
+        },
+    )
+    try:
+        for attempt in ("first", "again"):
+            jobs = verdicts_run(fleet, origin, f"verdicts-{attempt}")
+            job = jobs["verdicts"]
+            reviews = fleet.verdict(f"{SERIES}/v8")["reviews"]
+            nacks = [r for r in reviews if r["kind"] == "nack"]
+            assert [r["by"] for r in nacks] == [f"github:{MAINTAINER}"], (reviews, job.text())
+            assert "review 11" in nacks[0]["reason"], nacks
+            assert job.conclusion == "success", job.text()
+        assert fleet.verdict(f"{SERIES}/v8")["state"] == "changes-requested"
+        # Reviews that cannot be read fail the job loudly.
+        gh_stub(
+            stubs, {"repos/phyfarm/phyfarm/pulls?": [{"number": 1, "base": {"sha": origin.main}}]}
+        )
+        job = verdicts_run(fleet, origin, "verdicts-broken")["verdicts"]
+        assert job.conclusion == "failure", job.text()
+        assert "HTTP 502" in job.text()
+    finally:
+        for f in ("gh", "gh-responses.json"):
+            (stubs / f).unlink(missing_ok=True)
