@@ -72,9 +72,27 @@ impl TxParser {
         self.hdr.len() + self.frame.len()
     }
 
-    pub fn push(&mut self, mut data: &[u8]) -> TxOutcome {
+    pub fn push(&mut self, data: &[u8]) -> TxOutcome {
+        self.push_limit(data, usize::MAX).1
+    }
+
+    /// Parse until `max_frames` frames came out; returns the bytes taken
+    /// and what they held. Zero-length (pad) headers right after the last
+    /// frame are taken too, so a transfer whose frames are all out is
+    /// finished. After a bad header the rest of `data` counts as taken.
+    pub fn push_limit(&mut self, mut data: &[u8], max_frames: usize) -> (usize, TxOutcome) {
+        let total = data.len();
         let mut out = TxOutcome::default();
         while !data.is_empty() {
+            if out.frames.len() >= max_frames {
+                let at_header = self.want == 0 && self.hdr.is_empty();
+                if at_header && data.len() >= 4 && data[..4] == PAD_HEADER {
+                    data = &data[4..];
+                    out.pads += 1;
+                    continue;
+                }
+                break;
+            }
             if self.want == 0 {
                 let n = (4 - self.hdr.len()).min(data.len());
                 self.hdr.extend_from_slice(&data[..n]);
@@ -88,6 +106,7 @@ impl TxParser {
                 if (!h >> 16) & 0x7ff != h & 0x7ff {
                     out.bad_header = true;
                     self.reset();
+                    data = &[];
                     break;
                 }
                 if len == 0 {
@@ -110,9 +129,13 @@ impl TxParser {
                 }
             }
         }
-        out
+        (total - data.len(), out)
     }
 }
+
+/// The zero-length header the driver appends when a transfer would end on
+/// a packet boundary.
+const PAD_HEADER: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// Time a frame of `len` bytes (no FCS) occupies a `rate` bit/s wire:
 /// padded to 60 bytes, plus FCS, preamble and inter-frame gap.
@@ -221,6 +244,24 @@ mod tests {
     }
 
     #[test]
+    fn a_limited_push_stops_after_its_frames_and_takes_a_trailing_pad() {
+        let mut t = tx_transfer(&frame(508));
+        t.extend(tx_transfer(&frame(60)));
+        let mut p = TxParser::default();
+        let (n, out) = p.push_limit(&t, 1);
+        assert_eq!((n, out.frames, out.pads), (516, vec![frame(508)], 1));
+        let (n, out) = p.push_limit(&t[516..], 0);
+        assert_eq!((n, out.frames.len()), (0, 0), "no room: nothing taken");
+        let (n, out) = p.push_limit(&t[516..], 5);
+        assert_eq!((n, out.frames), (64, vec![frame(60)]));
+        // After a bad header the rest of the transfer is taken (dropped).
+        let mut bad = vec![0x10, 0, 0, 0];
+        bad.extend(tx_transfer(&frame(60)));
+        let (n, out) = p.push_limit(&bad, 1);
+        assert_eq!((n, out.bad_header, out.frames.len()), (bad.len(), true, 0));
+    }
+
+    #[test]
     fn wire_times() {
         assert_eq!(wire_time(1514, 100_000_000), Duration::from_nanos(123_040));
         assert_eq!(wire_time(10, 100_000_000), Duration::from_nanos(6_720));
@@ -235,6 +276,30 @@ mod tests {
             let mut n = p.push(&data[..cut]).frames.len();
             n += p.push(&data[cut..]).frames.len();
             prop_assert!(n <= data.len() / 5 + 1);
+        }
+
+        /// Parsing a frame at a time gives what one pass gives.
+        #[test]
+        fn a_frame_at_a_time_parses_like_one_pass(data in proptest::collection::vec(any::<u8>(), 0..3000), lens in proptest::collection::vec(1usize..=1600, 0..5)) {
+            let mut stream = Vec::new();
+            for &l in &lens {
+                stream.extend(tx_transfer(&frame(l)));
+            }
+            stream.extend(data);
+            let whole = TxParser::default().push(&stream);
+            let mut p = TxParser::default();
+            let (mut pos, mut frames, mut bad, mut oversized) = (0, Vec::new(), false, 0);
+            while pos < stream.len() {
+                let (n, out) = p.push_limit(&stream[pos..], 1);
+                prop_assert!(out.frames.len() <= 1);
+                prop_assert!(n > 0, "progress at {pos}");
+                pos += n;
+                frames.extend(out.frames);
+                bad |= out.bad_header;
+                oversized += out.oversized;
+            }
+            prop_assert_eq!(frames, whole.frames);
+            prop_assert_eq!((bad, oversized), (whole.bad_header, whole.oversized));
         }
 
         #[test]

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::device::DeviceConfig;
-use crate::framing::{self, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
+use crate::framing::{self, TxOutcome, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
 use crate::impair::{Fate, Impair, ImpairConfig};
 use crate::mac::{Effects, Mac};
 use crate::phy::Phy;
@@ -22,6 +22,47 @@ use crate::phy::Phy;
 pub const TX_QUEUE_FRAMES: usize = 128;
 /// Frames held on a delayed wire (latency and jitter), each direction.
 pub const DELAY_FRAMES: usize = 8192;
+/// Bytes held on a delayed wire, each direction (100 ms at 100 Mbit/s is
+/// 1.25 MB; a stream wire may carry frames of up to 64 KiB before the MAC
+/// drops them).
+pub const DELAY_BYTES: usize = 2 << 20;
+
+/// Frames on a delayed wire, with their arrival times, bounded in frames
+/// and bytes.
+#[derive(Default)]
+struct DelayLine {
+    q: VecDeque<(Instant, Vec<u8>)>,
+    bytes: usize,
+}
+
+impl DelayLine {
+    fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    fn has_room(&self, len: usize) -> bool {
+        self.q.len() < DELAY_FRAMES && self.bytes + len <= DELAY_BYTES
+    }
+
+    fn push(&mut self, due: Instant, f: Vec<u8>) {
+        let due = self.q.back().map_or(due, |(t, _)| (*t).max(due));
+        self.bytes += f.len();
+        self.q.push_back((due, f));
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.q.front().map(|(t, _)| *t)
+    }
+
+    fn pop_due(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if !self.q.front().is_some_and(|(t, _)| *t <= now) {
+            return None;
+        }
+        let (_, f) = self.q.pop_front()?;
+        self.bytes -= f.len();
+        Some(f)
+    }
+}
 
 /// Why the datapath let a frame go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,8 +161,8 @@ pub struct Nic {
     tx_parser: TxParser,
     tx_queue: VecDeque<(Instant, Vec<u8>)>,
     rx_queue: VecDeque<(Instant, Vec<u8>)>,
-    tx_delay: VecDeque<(Instant, Vec<u8>)>,
-    rx_delay: VecDeque<(Instant, Vec<u8>)>,
+    tx_delay: DelayLine,
+    rx_delay: DelayLine,
     tx_clock: Instant,
     rx_clock: Instant,
     impair: Impair,
@@ -146,8 +187,8 @@ impl Nic {
             tx_parser: TxParser::default(),
             tx_queue: VecDeque::new(),
             rx_queue: VecDeque::new(),
-            tx_delay: VecDeque::new(),
-            rx_delay: VecDeque::new(),
+            tx_delay: DelayLine::default(),
+            rx_delay: DelayLine::default(),
             tx_clock: now,
             rx_clock: now,
             impair: Impair::new(ImpairConfig::default()),
@@ -233,14 +274,28 @@ impl Nic {
     }
 
     /// Parse one bulk OUT transfer and queue its frames; returns when the
-    /// last of them leaves the MAC.
+    /// last of them leaves the MAC. The TX queue's bound does not apply:
+    /// the session takes transfers in with [`Nic::bulk_out_some`].
     pub fn bulk_out(&mut self, data: &[u8], ev: &mut dyn NicEvents) -> Instant {
         let o = self.tx_parser.push(data);
+        self.queue_parsed(o, data.len(), ev)
+    }
+
+    /// Parse as much of a bulk OUT transfer as the TX queue has room for,
+    /// frame by frame; returns the bytes taken and when the last frame
+    /// queued leaves the MAC. The TX queue never holds more than
+    /// [`TX_QUEUE_FRAMES`] frames (each at most [`MAX_FRAME`] bytes).
+    pub fn bulk_out_some(&mut self, data: &[u8], ev: &mut dyn NicEvents) -> (usize, Instant) {
+        let room = TX_QUEUE_FRAMES.saturating_sub(self.tx_queue.len());
+        let (n, o) = self.tx_parser.push_limit(data, room);
+        (n, self.queue_parsed(o, data.len(), ev))
+    }
+
+    fn queue_parsed(&mut self, o: TxOutcome, len: usize, ev: &mut dyn NicEvents) -> Instant {
         if o.bad_header {
             ev.dropped(Drop::TxBadHeader, 1);
             ev.warn(format_args!(
-                "tx: bad ASIX header in a {}-byte transfer; rest dropped",
-                data.len()
+                "tx: bad ASIX header in a {len}-byte transfer; rest dropped"
             ));
         }
         if o.oversized > 0 {
@@ -297,13 +352,11 @@ impl Nic {
             self.arrive(frame, ev);
             return;
         }
-        if self.rx_delay.len() >= DELAY_FRAMES {
+        if !self.rx_delay.has_room(frame.len()) {
             ev.dropped(Drop::DelayOverflow, 1);
             return;
         }
-        let at = self.now + d;
-        let due = self.rx_delay.back().map_or(at, |(t, _)| (*t).max(at));
-        self.rx_delay.push_back((due, frame));
+        self.rx_delay.push(self.now + d, frame);
     }
 
     /// A frame reaches the PHY after its time on the wire.
@@ -351,11 +404,10 @@ impl Nic {
         if d.is_zero() && self.tx_delay.is_empty() {
             ev.on_wire(&f);
             self.wire_out.push(f);
-        } else if self.tx_delay.len() >= DELAY_FRAMES {
+        } else if !self.tx_delay.has_room(f.len()) {
             ev.dropped(Drop::DelayOverflow, 1);
         } else {
-            let due = self.tx_delay.back().map_or(t + d, |(b, _)| (*b).max(t + d));
-            self.tx_delay.push_back((due, f));
+            self.tx_delay.push(t + d, f);
         }
     }
 
@@ -371,16 +423,12 @@ impl Nic {
 
     /// Frames whose time on a delayed wire is over arrive.
     pub fn wire_due(&mut self, ev: &mut dyn NicEvents) {
-        while self.rx_delay.front().is_some_and(|(t, _)| *t <= self.now) {
-            if let Some((_, f)) = self.rx_delay.pop_front() {
-                self.arrive(f, ev);
-            }
+        while let Some(f) = self.rx_delay.pop_due(self.now) {
+            self.arrive(f, ev);
         }
-        while self.tx_delay.front().is_some_and(|(t, _)| *t <= self.now) {
-            if let Some((_, f)) = self.tx_delay.pop_front() {
-                ev.on_wire(&f);
-                self.wire_out.push(f);
-            }
+        while let Some(f) = self.tx_delay.pop_due(self.now) {
+            ev.on_wire(&f);
+            self.wire_out.push(f);
         }
     }
 
@@ -489,8 +537,8 @@ impl Nic {
             tail,
             self.phy.next_event(),
             self.tx_queue.front().map(|(t, _)| *t),
-            self.tx_delay.front().map(|(t, _)| *t),
-            self.rx_delay.front().map(|(t, _)| *t),
+            self.tx_delay.next_due(),
+            self.rx_delay.next_due(),
             rx.map(|(t, _)| *t),
         ]
         .into_iter()

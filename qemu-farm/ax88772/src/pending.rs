@@ -40,6 +40,10 @@ impl<T> Pending<T> {
         self.live.is_empty()
     }
 
+    pub fn contains(&self, id: u64) -> bool {
+        self.live.contains_key(&id)
+    }
+
     pub fn is_full(&self) -> bool {
         self.live.len() >= self.cap
     }
@@ -89,6 +93,18 @@ impl<T> Pending<T> {
             self.queue.retain(|(id, seq, _)| live.get(id) == Some(seq));
         }
         true
+    }
+
+    /// Take a transfer out wherever it is, value and all: O(n) in the
+    /// entries held, for short queues whose values must not outlive a
+    /// cancel (bulk OUT data).
+    pub fn remove(&mut self, id: u64) -> Option<T> {
+        let seq = self.live.remove(&id)?;
+        let at = self
+            .queue
+            .iter()
+            .position(|(i, s, _)| *i == id && *s == seq)?;
+        self.queue.remove(at).map(|(_, _, v)| v)
     }
 
     /// Every live transfer, oldest first; the queue is left empty.
@@ -152,6 +168,20 @@ mod tests {
         assert_eq!(p.drain(), vec![(12, 'c'), (10, 'e')]);
         assert!(p.is_empty());
         assert_eq!(p.pop_front(), None);
+    }
+
+    #[test]
+    fn remove_takes_the_value_out_and_leaves_nothing_behind() {
+        let mut p = Pending::new(8);
+        for id in 1..=3 {
+            p.push(id, vec![id as u8; 100]).unwrap();
+        }
+        assert_eq!(p.remove(2), Some(vec![2; 100]));
+        assert_eq!(p.remove(2), None);
+        assert_eq!(p.remove(9), None);
+        assert_eq!((p.len(), p.held()), (2, 2));
+        assert_eq!(p.pop_front(), Some((1, vec![1; 100])));
+        assert_eq!(p.front(), Some((3, &vec![3; 100])));
     }
 
     #[test]

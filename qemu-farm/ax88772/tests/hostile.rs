@@ -327,6 +327,60 @@ fn a_paced_bulk_out_flood_meets_back_pressure_and_every_transfer_completes() {
     grew("bulk OUT flood (30 MB)", rss0, peak);
 }
 
+/// A peer that sends 4 MiB bulk OUTs of valid frames as fast as the
+/// emulator reads them and never reads an answer: what the emulator holds
+/// (waiting transfers, the TX queue, the decoder's buffer, answers for
+/// QEMU) stays bounded in bytes. `AX88772_FLOOD_SECS` sets the duration
+/// (5 s by default).
+#[test]
+fn a_flood_of_4_mib_bulk_outs_never_read_stays_under_32_mib() {
+    let secs: u64 = std::env::var("AX88772_FLOOD_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let emu = Emu::start("bigflood", Stdio::null(), &["--quiet"]);
+    let mut q = emu.usb();
+    q.configure();
+    let one = ax88772::framing::tx_transfer(&[0x02u8; 1514]);
+    let data: Vec<u8> = one.iter().copied().cycle().take(one.len() * 2760).collect();
+    let m = Message::BulkPacket(BulkPacket {
+        endpoint: 0x03,
+        length: data.len() as u32,
+        data,
+        ..Default::default()
+    });
+    let mut packet = q.encode(m);
+    let rss0 = emu.rss_kb();
+    let mut s = q.s.try_clone().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            // A fresh id each time (bytes 8..16 of the header).
+            packet[8..16].copy_from_slice(&(1000 + n).to_le_bytes());
+            if s.write_all(&packet).is_err() {
+                break;
+            }
+            n += 1;
+        }
+        n
+    });
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut peak = rss0;
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        peak = peak.max(emu.rss_kb());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    eprintln!("4 MiB bulk OUT flood, {secs} s, never read: RSS {rss0} -> peak {peak} kB");
+    assert!(peak < 32 * 1024, "RSS peaked at {peak} kB");
+    assert!(peak < rss0 + 24 * 1024, "RSS grew {rss0} -> {peak} kB");
+    drop(emu);
+    let n = writer.join().unwrap();
+    assert!(n >= 2, "the peer got {n} transfers in");
+}
+
 #[test]
 fn a_usbredir_peer_that_never_reads_gets_back_pressure_then_every_answer() {
     let emu = Emu::start("noread", Stdio::null(), &["--quiet"]);

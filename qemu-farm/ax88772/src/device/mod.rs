@@ -45,9 +45,22 @@ pub use crate::nic::{DELAY_FRAMES, TX_QUEUE_FRAMES};
 /// sending meets back-pressure, not loss.
 pub const OUT_WAIT_MAX: usize = 64;
 pub const OUT_WAIT_HIGH: usize = 48;
+/// Bytes of bulk OUT data held (waiting, and the transfer being parsed)
+/// above which the event loop stops reading from QEMU. One more transfer
+/// may arrive past it (a usbredir packet is at most 4 MiB).
+pub const OUT_WAIT_BYTES_HIGH: usize = 1 << 20;
 /// Bulk IN requests held at once; more are answered with an I/O error
 /// (Linux's usbnet keeps about 60 in flight).
 pub const BULK_IN_MAX: usize = 1024;
+
+/// A bulk OUT transfer taken in part: its frames up to `pos` are queued.
+struct OutHead {
+    id: u64,
+    data: Vec<u8>,
+    pos: usize,
+    /// When the last frame queued so far leaves the MAC.
+    ready: Instant,
+}
 
 pub struct Device {
     cfg: DeviceConfig,
@@ -63,6 +76,10 @@ pub struct Device {
     reported_link: Option<bool>,
     bulk_in: Pending<u32>,
     out_wait: Pending<Vec<u8>>,
+    /// Bytes in `out_wait`.
+    out_wait_bytes: usize,
+    /// The bulk OUT being parsed, frame by frame as the TX queue has room.
+    out_head: Option<OutHead>,
     out_done: Pending<(u32, Instant)>,
     mdio_faults: MdioFaults,
     replug_at: Option<Instant>,
@@ -86,6 +103,8 @@ impl Device {
             reported_link: None,
             bulk_in: Pending::new(BULK_IN_MAX),
             out_wait: Pending::new(OUT_WAIT_MAX),
+            out_wait_bytes: 0,
+            out_head: None,
             out_done: Pending::new(OUT_WAIT_MAX + TX_QUEUE_FRAMES),
             mdio_faults: MdioFaults::default(),
             replug_at: None,
@@ -162,8 +181,10 @@ impl Device {
             }
         }
         let outs: Vec<u64> = (self.out_done.drain().into_iter().map(|(id, _)| id))
+            .chain(self.out_head.take().map(|h| h.id))
             .chain(self.out_wait.drain().into_iter().map(|(id, _)| id))
             .collect();
+        self.out_wait_bytes = 0;
         for id in outs {
             if answer {
                 self.send(id, cancelled(EP_BULK_OUT));

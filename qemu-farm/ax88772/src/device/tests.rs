@@ -909,6 +909,78 @@ fn bulk_outs_wait_for_tx_room_and_the_device_asks_for_back_pressure() {
 }
 
 #[test]
+fn a_flood_of_4_mib_bulk_outs_stays_bounded_in_frames_and_bytes() {
+    let mut t = T::up(true);
+    t.d.set_pace_burst(Duration::ZERO);
+    // 2760 frames of 1514 bytes in one transfer: just under 4 MiB.
+    let one = framing::tx_transfer(&frame(MAC, 1514));
+    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * 2760).collect();
+    assert!(big.len() <= 4 << 20);
+    let bound = OUT_WAIT_BYTES_HIGH + big.len();
+    let wt = framing::wire_time(1514, 100_000_000);
+    let mut id = 100;
+    let mut sent = 0;
+    let mut completed = 0;
+    let mut now = t.t;
+    // A peer that sends whenever the device reads, for 60 000 frame times
+    // (7.4 s of wire): the device never holds more than one transfer past
+    // its byte mark, nor more than the TX queue's frames.
+    for step in 0..60_000u32 {
+        if t.d.usb_room() {
+            t.d.handle(now, Packet::new(id, bulk_out(big.clone())));
+            id += 1;
+            sent += 1;
+        }
+        now = t.t + wt * step;
+        t.d.poll(now);
+        completed +=
+            t.d.take_usb()
+                .iter()
+                .filter(|p| p.id >= 100 && bulk_reply(p).status == Status::SUCCESS)
+                .count();
+        assert!(t.d.tx_queued() <= TX_QUEUE_FRAMES, "{}", t.d.tx_queued());
+        assert!(t.d.held_out_bytes() <= bound, "{}", t.d.held_out_bytes());
+    }
+    assert!(sent >= 20, "the flood kept going: {sent} transfers");
+    assert!(completed >= sent - 2, "{completed} of {sent} completed");
+    assert_eq!(t.d.counters().tx_frames as usize, 60_000 - 1);
+}
+
+#[test]
+fn cancelling_the_transfer_being_parsed_frees_it_and_keeps_what_was_queued() {
+    let mut t = T::up(true);
+    let one = framing::tx_transfer(&frame(MAC, 1514));
+    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * 1000).collect();
+    t.send(7, bulk_out(big.clone()));
+    assert_eq!(t.d.tx_queued(), TX_QUEUE_FRAMES);
+    assert_eq!(t.d.held_out_bytes(), big.len());
+    assert!(!t.d.usb_room(), "past the byte mark");
+    let out = t.send(8, bulk_out(one.clone()));
+    assert!(out.is_empty(), "the second one waits");
+    let out = t.send(0, Message::CancelDataPacket);
+    assert!(out.is_empty(), "id 0 is not pending");
+    t.d.handle(t.t, Packet::new(7, Message::CancelDataPacket));
+    let out = t.d.take_usb();
+    assert_eq!(
+        (out[0].id, bulk_reply(&out[0]).status),
+        (7, Status::CANCELLED)
+    );
+    assert_eq!(
+        t.d.held_out_bytes(),
+        one.len(),
+        "only the waiting one is held"
+    );
+    assert_eq!(
+        t.d.tx_queued(),
+        TX_QUEUE_FRAMES,
+        "queued frames still leave"
+    );
+    // A duplicate of a transfer being parsed or on its way is refused.
+    let out = t.send(8, bulk_out(one.clone()));
+    assert_eq!(bulk_reply(&out[0]).status, Status::INVAL);
+}
+
+#[test]
 fn rx_room_follows_the_rx_queue_bound() {
     let t0 = Instant::now();
     let mut cfg = DeviceConfig::new(Variant::Ax88772a, MAC);

@@ -3,7 +3,7 @@
 
 use usbredir::{BulkPacket, ControlPacket, Message, Status};
 
-use super::{Device, BULK_IN_MAX, OUT_WAIT_HIGH, OUT_WAIT_MAX};
+use super::{Device, OutHead, BULK_IN_MAX, OUT_WAIT_BYTES_HIGH, OUT_WAIT_HIGH, OUT_WAIT_MAX};
 use crate::descriptors::{EP_BULK_IN, EP_BULK_OUT};
 use crate::ep0::Ep0;
 use crate::mac::{cmd, Effects, Reply, Setup};
@@ -19,7 +19,13 @@ impl Device {
 
     /// Bulk OUT transfers not yet completed (waiting or on their way).
     pub fn pending_bulk_out(&self) -> usize {
-        self.out_wait.len() + self.out_done.len()
+        self.out_wait.len() + usize::from(self.out_head.is_some()) + self.out_done.len()
+    }
+
+    /// Bytes of bulk OUT data held: waiting transfers and the one being
+    /// parsed.
+    pub fn held_out_bytes(&self) -> usize {
+        self.out_wait_bytes + self.out_head.as_ref().map_or(0, |h| h.data.len())
     }
 
     /// Frames queued towards the wire.
@@ -30,14 +36,29 @@ impl Device {
     /// Whether the device takes more packets from QEMU now; the event loop
     /// stops reading while it does not.
     pub fn usb_room(&self) -> bool {
-        self.out_wait.len() < OUT_WAIT_HIGH
+        self.out_waiting() < OUT_WAIT_HIGH && self.held_out_bytes() < OUT_WAIT_BYTES_HIGH
+    }
+
+    /// Bulk OUTs not yet wholly parsed (waiting, and the one being parsed).
+    fn out_waiting(&self) -> usize {
+        self.out_wait.len() + usize::from(self.out_head.is_some())
     }
 
     pub(super) fn cancel(&mut self, id: u64) {
         if self.bulk_in.cancel(id) {
             self.stats.counters.bulk_cancelled += 1;
             self.send(id, cancelled(EP_BULK_IN));
-        } else if self.out_done.cancel(id) || self.out_wait.cancel(id) {
+        } else if self.out_head.as_ref().is_some_and(|h| h.id == id) {
+            // Frames already queued from it still leave; the rest of its
+            // data never reaches the chip.
+            self.out_head = None;
+            self.stats.counters.bulk_cancelled += 1;
+            self.send(id, cancelled(EP_BULK_OUT));
+        } else if let Some(data) = self.out_wait.remove(id) {
+            self.out_wait_bytes -= data.len();
+            self.stats.counters.bulk_cancelled += 1;
+            self.send(id, cancelled(EP_BULK_OUT));
+        } else if self.out_done.cancel(id) {
             self.stats.counters.bulk_cancelled += 1;
             self.send(id, cancelled(EP_BULK_OUT));
         } else {
@@ -133,7 +154,20 @@ impl Device {
         let pushed = if bp.endpoint == EP_BULK_IN {
             self.bulk_in.push(id, bp.length)
         } else {
-            self.out_wait.push(id, bp.data)
+            let n = bp.data.len();
+            let elsewhere =
+                self.out_done.contains(id) || self.out_head.as_ref().is_some_and(|h| h.id == id);
+            let r = if elsewhere {
+                Err(Refused::DuplicateId)
+            } else if self.out_waiting() >= OUT_WAIT_MAX {
+                Err(Refused::Full)
+            } else {
+                self.out_wait.push(id, bp.data)
+            };
+            if r.is_ok() {
+                self.out_wait_bytes += n;
+            }
+            r
         };
         if let Err(why) = pushed {
             self.stats.counters.bulk_refused += 1;
@@ -167,18 +201,41 @@ impl Device {
         }
     }
 
-    /// Take waiting bulk OUTs in while the TX queue has room; each
-    /// completes once its last frame has left. Returns whether any was.
+    /// Take waiting bulk OUTs in, frame by frame while the TX queue has
+    /// room; each completes once its last frame has left. Returns whether
+    /// anything was taken.
     pub(super) fn admit_outs(&mut self) -> bool {
         let mut any = false;
-        while self.nic.tx_room() && !self.out_done.is_full() {
-            let Some((id, data)) = self.out_wait.pop_front() else {
+        loop {
+            if self.out_head.is_none() {
+                if self.out_done.is_full() {
+                    break;
+                }
+                let Some((id, data)) = self.out_wait.pop_front() else {
+                    break;
+                };
+                self.out_wait_bytes -= data.len();
+                self.stats.counters.bulk_out_transfers += 1;
+                let ready = self.nic.now();
+                self.out_head = Some(OutHead {
+                    id,
+                    data,
+                    pos: 0,
+                    ready,
+                });
+            }
+            let Some(h) = &mut self.out_head else { break };
+            let (n, ready) = self.nic.bulk_out_some(&h.data[h.pos..], &mut self.stats);
+            h.pos += n;
+            h.ready = h.ready.max(ready);
+            any |= n > 0;
+            if h.pos < h.data.len() {
                 break;
-            };
-            self.stats.counters.bulk_out_transfers += 1;
-            let ready = self.nic.bulk_out(&data, &mut self.stats);
-            let pushed = self.out_done.push(id, (data.len() as u32, ready));
-            debug_assert!(pushed.is_ok(), "ids are unique across the OUT queues");
+            }
+            if let Some(h) = self.out_head.take() {
+                let pushed = self.out_done.push(h.id, (h.data.len() as u32, h.ready));
+                debug_assert!(pushed.is_ok(), "ids are unique across the OUT queues");
+            }
             any = true;
         }
         any
