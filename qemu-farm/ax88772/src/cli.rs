@@ -112,9 +112,17 @@ pub struct Cli {
     /// may catch up after a scheduling hiccup (0: strict line-rate spacing).
     #[arg(long, value_name = "US", default_value_t = crate::device::DEFAULT_PACE_BURST.as_micros() as u64)]
     pub pace_burst_us: u64,
-    /// Autonegotiation time in milliseconds (0: instant).
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    /// Autonegotiation time in milliseconds (0: instant; at most 10000).
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_AUTONEG.as_millis() as u64))]
     pub autoneg_ms: u64,
+    /// How long BMCR.RESET reads 1 after it was written, in milliseconds
+    /// (writes meanwhile are dropped; at most 500).
+    #[arg(long, value_name = "MS", default_value_t = crate::device::DEFAULT_PHY_TIMING.reset.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_RESET.as_millis() as u64))]
+    pub phy_reset_ms: u64,
+    /// How long the PHY stays unreachable (MDIO reads 0xffff) after
+    /// SW_RESET releases it, in milliseconds (at most 1000).
+    #[arg(long, value_name = "MS", default_value_t = crate::device::DEFAULT_PHY_TIMING.powerup.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_POWERUP.as_millis() as u64))]
+    pub phy_powerup_ms: u64,
     /// Link partner modes, comma separated: 100full,100half,10full,10half.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "100full,100half,10full,10half", value_parser = parse_mode)]
     pub partner_modes: Vec<LinkMode>,
@@ -211,6 +219,10 @@ impl Cli {
         device.rx_queue_frames = self.rx_queue.max(1);
         device.rx_mode = self.rx_mode;
         device.autoneg = Duration::from_millis(self.autoneg_ms);
+        device.phy_timing = crate::phy::Timing {
+            reset: Duration::from_millis(self.phy_reset_ms),
+            powerup: Duration::from_millis(self.phy_powerup_ms),
+        };
         device.partner = Partner {
             autoneg: !self.partner_forced,
             modes: self.partner_modes,
@@ -278,6 +290,27 @@ mod tests {
         assert_eq!(s.device.mac[0], 0x02);
         assert!(!s.device.paced);
         assert_eq!(s.device.pace_burst, Duration::from_micros(500));
+    }
+
+    #[test]
+    fn timing_options_have_safe_defaults_and_bounds_named_in_the_error() {
+        let base = ["ax88772-emu", "--connect", "h:1"];
+        let s = Cli::try_parse_from(base).unwrap().settings();
+        assert_eq!(s.device.phy_timing, crate::device::DEFAULT_PHY_TIMING);
+        assert_eq!(s.device.rx_mode, crate::nic::RxMode::Stream);
+        for (opt, max) in [
+            ("--autoneg-ms", 10_000),
+            ("--phy-reset-ms", 500),
+            ("--phy-powerup-ms", 1000),
+        ] {
+            let ok = max.to_string();
+            assert!(Cli::try_parse_from(base.iter().copied().chain([opt, ok.as_str()])).is_ok());
+            let bad = (max + 1).to_string();
+            let e = Cli::try_parse_from(base.iter().copied().chain([opt, bad.as_str()]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(opt), "{e}");
+        }
     }
 
     #[test]

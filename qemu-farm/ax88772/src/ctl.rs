@@ -38,6 +38,11 @@ pub enum Request {
         asym_pause: Option<bool>,
         autoneg_ms: Option<u64>,
     },
+    /// The PHY's reset and power-up times; omitted fields keep their value.
+    PhyTiming {
+        reset_ms: Option<u64>,
+        powerup_ms: Option<u64>,
+    },
     Quirks {
         lpa_zero: Option<bool>,
         reset_after_link_loss: Option<bool>,
@@ -250,6 +255,11 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
             asym_pause,
             autoneg_ms,
         } => {
+            if let Some(ms) = autoneg_ms {
+                if let Err(e) = crate::phy::check_autoneg(Duration::from_millis(ms)) {
+                    return err(e);
+                }
+            }
             let mut p = dev.config().partner.clone();
             if let Some(m) = modes {
                 // No modes: a partner that advertises nothing, so
@@ -264,6 +274,23 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
             }
             dev.set_partner(now, p);
             dev.poll(now);
+            ok(json!({ "phy": dev.phy().snapshot() }))
+        }
+        Request::PhyTiming {
+            reset_ms,
+            powerup_ms,
+        } => {
+            let mut t = dev.config().phy_timing;
+            if let Some(ms) = reset_ms {
+                t.reset = Duration::from_millis(ms);
+            }
+            if let Some(ms) = powerup_ms {
+                t.powerup = Duration::from_millis(ms);
+            }
+            if let Err(e) = t.check() {
+                return err(e);
+            }
+            dev.set_phy_timing(t);
             ok(json!({ "phy": dev.phy().snapshot() }))
         }
         Request::Quirks {
@@ -485,6 +512,29 @@ mod tests {
             "{r}"
         );
         assert_eq!(d.phy_mut().snapshot().cable.state, CableState::Ok);
+    }
+
+    #[test]
+    fn phy_timing_is_set_and_values_out_of_range_are_refused_by_name() {
+        let (mut d, t) = dev();
+        let r = ask(&mut d, t, r#"{"cmd":"phy_timing","reset_ms":20}"#);
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["phy"]["timing"]["reset"], 20);
+        assert_eq!(r["phy"]["timing"]["powerup"], 10, "kept");
+        let r = ask(&mut d, t, r#"{"cmd":"phy_timing","reset_ms":501}"#);
+        assert_eq!(r["error"], "reset_ms must be at most 500", "{r}");
+        let r = ask(
+            &mut d,
+            t,
+            r#"{"cmd":"phy_timing","powerup_ms":99999999999}"#,
+        );
+        assert_eq!(r["error"], "powerup_ms must be at most 1000", "{r}");
+        assert_eq!(d.config().phy_timing.reset, Duration::from_millis(20));
+        let r = ask(&mut d, t, r#"{"cmd":"partner","autoneg_ms":10001}"#);
+        assert_eq!(r["error"], "autoneg_ms must be at most 10000", "{r}");
+        assert_eq!(d.config().autoneg, Duration::ZERO, "nothing changed");
+        let r = ask(&mut d, t, r#"{"cmd":"partner","autoneg_ms":10000}"#);
+        assert_eq!(r["ok"], true, "{r}");
     }
 
     #[test]

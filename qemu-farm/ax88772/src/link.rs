@@ -217,6 +217,11 @@ impl Link {
         }
     }
 
+    /// The model's current time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
     pub fn carrier_present(&self) -> bool {
         self.carrier && self.cable.state == CableState::Ok
     }

@@ -69,6 +69,68 @@ pub mod adv {
 
 const VENDOR_DEFAULTS: [u16; 3] = [0x442c, 0x03c8, 0x4044];
 
+/// Longest BMCR reset accepted (IEEE 802.3 22.2.4.1.1: reset completes
+/// within 0.5 s).
+pub const MAX_RESET: Duration = Duration::from_millis(500);
+/// Longest power-up delay accepted after SW_RESET releases the PHY.
+pub const MAX_POWERUP: Duration = Duration::from_millis(1000);
+/// Longest autonegotiation time accepted (802.3's break-link and
+/// autonegotiation timers add up to well under this).
+pub const MAX_AUTONEG: Duration = Duration::from_millis(10_000);
+
+/// How long the PHY is busy after a reset or a power-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Timing {
+    /// BMCR.RESET reads 1 this long after it was written; meanwhile
+    /// writes are dropped and the link is down.
+    #[serde(serialize_with = "ser_ms")]
+    pub reset: Duration,
+    /// After SW_RESET releases the PHY (IPRL=1, IPPD=0), it stays
+    /// unreachable (reads 0xffff, writes dropped) this long.
+    #[serde(serialize_with = "ser_ms")]
+    pub powerup: Duration,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(d.as_millis() as u64)
+}
+
+impl Timing {
+    /// Instant reset and power-up.
+    pub const INSTANT: Timing = Timing {
+        reset: Duration::ZERO,
+        powerup: Duration::ZERO,
+    };
+
+    /// Refuse values past the bounds, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.reset > MAX_RESET {
+            return Err(format!(
+                "reset_ms must be at most {}",
+                MAX_RESET.as_millis()
+            ));
+        }
+        if self.powerup > MAX_POWERUP {
+            return Err(format!(
+                "powerup_ms must be at most {}",
+                MAX_POWERUP.as_millis()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Refuse an autonegotiation time past [`MAX_AUTONEG`], naming the field.
+pub fn check_autoneg(d: Duration) -> Result<(), String> {
+    if d > MAX_AUTONEG {
+        return Err(format!(
+            "autoneg_ms must be at most {}",
+            MAX_AUTONEG.as_millis()
+        ));
+    }
+    Ok(())
+}
+
 /// Everything a test may want to assert on, without side effects.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PhySnapshot {
@@ -86,6 +148,11 @@ pub struct PhySnapshot {
     pub carrier: bool,
     pub powered_down: bool,
     pub held_in_reset: bool,
+    /// BMCR.RESET still reads 1.
+    pub resetting: bool,
+    /// MDIO reaches the PHY (not held in reset, not powering up).
+    pub reachable: bool,
+    pub timing: Timing,
     pub loopback: bool,
     pub needs_reset: bool,
     pub cable: Cable,
@@ -107,6 +174,11 @@ pub struct Phy {
     mmd_ctrl: u16,
     mmd_addr: u16,
     held_in_reset: bool,
+    timing: Timing,
+    /// A BMCR reset in progress ends then.
+    reset_until: Option<Instant>,
+    /// Released by SW_RESET, the PHY answers from then.
+    powerup_until: Option<Instant>,
     link: Link,
     reads: [u64; 32],
     writes: [u64; 32],
@@ -127,6 +199,9 @@ impl Phy {
             mmd_ctrl: 0,
             mmd_addr: 0,
             held_in_reset: false,
+            timing: Timing::INSTANT,
+            reset_until: None,
+            powerup_until: None,
             link: Link::new(now, c),
             reads: [0; 32],
             writes: [0; 32],
@@ -137,13 +212,53 @@ impl Phy {
         Controls {
             bmcr: self.bmcr,
             adv: self.adv,
-            held_in_reset: self.held_in_reset,
+            held_in_reset: self.held_in_reset || self.busy(),
         }
     }
 
+    /// A reset or power-up still running.
+    fn busy(&self) -> bool {
+        self.resetting() || self.powering_up()
+    }
+
+    fn resetting(&self) -> bool {
+        self.reset_until.is_some_and(|t| self.link.now() < t)
+    }
+
+    fn powering_up(&self) -> bool {
+        self.powerup_until.is_some_and(|t| self.link.now() < t)
+    }
+
+    /// MDIO reaches the PHY: not held in reset by SW_RESET, not powering up.
+    pub fn reachable(&self) -> bool {
+        !self.held_in_reset && !self.powering_up()
+    }
+
     fn update(&mut self) {
+        // A reset or power-up that is over: autonegotiation starts now.
+        let now = self.link.now();
+        let over = |t: &mut Option<Instant>| {
+            let done = t.is_some_and(|t| now >= t);
+            if done {
+                *t = None;
+            }
+            done
+        };
+        let a = over(&mut self.reset_until);
+        let b = over(&mut self.powerup_until);
+        if a || b {
+            self.restart_aneg();
+        }
         let c = self.controls();
         self.link.update(c);
+    }
+
+    pub fn set_timing(&mut self, t: Timing) {
+        self.timing = t;
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing
     }
 
     fn restart_aneg(&mut self) {
@@ -169,12 +284,16 @@ impl Phy {
         self.mmd_ctrl = 0;
         self.mmd_addr = 0;
         self.link.needs_reset = false;
+        // The latched-low link status starts over with the registers.
+        self.link.latched_down = false;
         self.restart_aneg();
     }
 
     /// Power-on reset (the whole adapter was reset or replugged).
     pub fn power_on_reset(&mut self) {
         self.held_in_reset = false;
+        self.reset_until = None;
+        self.powerup_until = None;
         self.reset_registers();
         self.update();
     }
@@ -186,12 +305,21 @@ impl Phy {
         }
         if !held && self.held_in_reset {
             self.restart_aneg();
+            if !self.timing.powerup.is_zero() {
+                self.powerup_until = Some(self.link.now() + self.timing.powerup);
+            }
+        }
+        if held {
+            self.powerup_until = None;
         }
         self.held_in_reset = held;
         self.update();
     }
 
     fn bmcr_value(&self) -> u16 {
+        if self.resetting() {
+            return self.bmcr | bmcr::RESET;
+        }
         let mut v = self.bmcr;
         if self.bmcr & bmcr::ANENABLE != 0 {
             if let (PhyState::LinkUp, Some(m)) = (self.link.last.state, self.link.last.mode) {
@@ -249,6 +377,10 @@ impl Phy {
         }
         self.update();
         self.reads[r as usize] += 1;
+        if !self.reachable() {
+            // Held in reset or powering up: nothing drives MDIO's data line.
+            return 0xffff;
+        }
         let v = self.peek(r);
         if r == reg::BMSR {
             self.link.latched_down = false;
@@ -265,6 +397,14 @@ impl Phy {
         }
         self.update();
         self.writes[r as usize] += 1;
+        if !self.reachable() {
+            log_w!("phy: write {val:#06x} to register {r:#04x} while the PHY is held in reset or powering up; dropped");
+            return;
+        }
+        if self.resetting() {
+            log_w!("phy: write {val:#06x} to register {r:#04x} during a BMCR reset; dropped");
+            return;
+        }
         match r {
             reg::BMCR => self.write_bmcr(val),
             reg::ADVERTISE => {
@@ -299,6 +439,9 @@ impl Phy {
     fn write_bmcr(&mut self, val: u16) {
         if val & bmcr::RESET != 0 {
             self.reset_registers();
+            if !self.timing.reset.is_zero() {
+                self.reset_until = Some(self.link.now() + self.timing.reset);
+            }
             return;
         }
         if val & 0x007f != 0 {
@@ -355,9 +498,15 @@ impl Phy {
         self.link.autoneg_delay = d;
     }
 
-    /// When the state machine next changes by itself (autoneg finishing).
+    /// When the state machine next changes by itself (a reset or
+    /// power-up ending, autoneg finishing).
     pub fn next_event(&self) -> Option<Instant> {
-        self.link.next_event()
+        let now = self.link.now();
+        [self.reset_until, self.powerup_until, self.link.next_event()]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .min()
     }
 
     pub fn reset_counters(&mut self) {
@@ -388,6 +537,9 @@ impl Phy {
             carrier: self.link.carrier_present(),
             powered_down: self.bmcr & bmcr::PDOWN != 0,
             held_in_reset: self.held_in_reset,
+            resetting: self.resetting(),
+            reachable: self.reachable(),
+            timing: self.timing,
             loopback: self.loopback(),
             needs_reset: self.link.needs_reset,
             cable: self.link.cable,

@@ -240,8 +240,11 @@ fn enumerate_and_bind(q: &mut Qemu) {
     assert_eq!(q.vin(cmd::STATMNGSTS_REG, 0, 0, 1)[0] & 0x70, 0x10);
     q.vout(cmd::WRITE_GPIOS, 0x0080, 0, vec![]);
     q.vout(cmd::SW_PHY_SELECT, 0x0011, 0, vec![]);
-    for v in [0x0060, 0x0020, 0x0000, 0x0020] {
+    // ax88772a_hw_reset's sequence with its sleeps: the PHY is reachable
+    // again when the driver goes on.
+    for (v, ms) in [(0x0060, 10), (0x0020, 160), (0x0000, 0), (0x0020, 200)] {
         q.vout(cmd::SW_RESET, v, 0, vec![]);
+        std::thread::sleep(Duration::from_millis(ms));
     }
     for (reg, want) in [(0x14, 0x442c), (0x15, 0x03c8), (0x16, 0x4044)] {
         assert_eq!(q.mdio_read(0, reg), want, "address 0 aliases the PHY");
@@ -261,6 +264,8 @@ fn enumerate_and_bind(q: &mut Qemu) {
     // soft reset, then ifup's autonegotiation
     q.mdio_write(0x10, 0, 0x0000);
     q.mdio_write(0x10, 0, 0x8200);
+    // phy_poll_reset sleeps 50 ms before it first reads BMCR.
+    std::thread::sleep(Duration::from_millis(50));
     assert_eq!(q.mdio_read(0x10, 0) & 0x8000, 0);
     q.mdio_write(0x10, 4, 0x0de1);
     q.mdio_write(0x10, 0, 0x3300);

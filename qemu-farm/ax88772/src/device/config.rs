@@ -8,7 +8,16 @@ use std::time::Duration;
 use crate::descriptors::Variant;
 use crate::mac::Addr0;
 use crate::nic::RxMode;
-use crate::phy::{Partner, Quirks};
+use crate::phy::{Partner, Quirks, Timing};
+
+/// The PHY's reset and power-up times by default: 10 ms each, well inside
+/// what Linux waits (phy_poll_reset sleeps 50 ms before it first reads
+/// BMCR; ax88772a_hw_reset sleeps 160 and 200 ms after releasing the PHY),
+/// long enough that a driver that does not wait reads RESET set or 0xffff.
+pub const DEFAULT_PHY_TIMING: Timing = Timing {
+    reset: Duration::from_millis(10),
+    powerup: Duration::from_millis(10),
+};
 
 /// Default depth of the pacer's token bucket (see [`DeviceConfig::pace_burst`]):
 /// 10 ms, 125 kB at 100 Mbit/s, about a switch port's buffer. With strict
@@ -38,6 +47,8 @@ pub struct DeviceConfig {
     pub rx_mode: RxMode,
     #[serde(serialize_with = "ser_ms")]
     pub autoneg: Duration,
+    /// How long a BMCR reset and a power-up after SW_RESET take.
+    pub phy_timing: Timing,
     pub partner: Partner,
     pub quirks: Quirks,
 }
@@ -73,6 +84,7 @@ impl DeviceConfig {
             rx_queue_frames: 256,
             rx_mode: RxMode::Stream,
             autoneg: Duration::ZERO,
+            phy_timing: DEFAULT_PHY_TIMING,
             partner: Partner::default(),
             quirks: Quirks::default(),
         }

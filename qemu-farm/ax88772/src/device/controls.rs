@@ -10,7 +10,7 @@ use crate::impair::ImpairConfig;
 use crate::log_w;
 use crate::nic::RxMode;
 use crate::pcap::Pcap;
-use crate::phy::{Partner, Quirks};
+use crate::phy::{Partner, Quirks, Timing};
 
 impl Device {
     // Controls used by the control socket.
@@ -93,6 +93,12 @@ impl Device {
     pub fn set_rx_mode(&mut self, m: RxMode) {
         self.cfg.rx_mode = m;
         self.nic.set_rx_mode(m);
+    }
+
+    /// The PHY's reset and power-up times.
+    pub fn set_phy_timing(&mut self, t: Timing) {
+        self.cfg.phy_timing = t;
+        self.nic.phy.set_timing(t);
     }
 
     pub fn set_autoneg_delay(&mut self, d: Duration) {

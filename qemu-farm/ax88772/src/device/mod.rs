@@ -29,7 +29,7 @@ mod controls;
 mod stats;
 mod transfers;
 
-pub use config::{format_mac, DeviceConfig, DEFAULT_PACE_BURST};
+pub use config::{format_mac, DeviceConfig, DEFAULT_PACE_BURST, DEFAULT_PHY_TIMING};
 pub use stats::Counters;
 use stats::Stats;
 use transfers::cancelled;
