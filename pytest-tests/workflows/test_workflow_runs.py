@@ -102,6 +102,19 @@ class Origin:
         self.pr2 = git(work, "rev-parse", "HEAD")
         git(work, "push", "--quiet", str(self.bare), "HEAD:refs/pull/2/head")
         self.v9 = series / "v9"
+        # Pull request 3: a new series whose series.toml names a path out
+        # of the cache and the store's keys.
+        git(work, "checkout", "--quiet", "-b", "pr3", "main")
+        hostile = work / "patches" / "evil"
+        relabel(REPO / "patches" / SERIES / "v8", hostile / "v1", 1)
+        (hostile / "series.toml").write_text(
+            'name = "../../escape"\ntree = "net-next"\n'
+            'base = { package = "linux-source-6.12", distro = "debian trixie" }\n'
+        )
+        git(work, "add", "-A")
+        git(work, "commit", "--quiet", "-m", "a hostile series")
+        self.pr3 = git(work, "rev-parse", "HEAD")
+        git(work, "push", "--quiet", str(self.bare), "HEAD:refs/pull/3/head")
 
 
 @pytest.fixture(scope="module")
@@ -379,6 +392,18 @@ def test_a_stranger_cannot_add_a_revision_to_a_series_they_do_not_own(fleet, ori
     assert "owners: github:mallory is not an owner of series" in record.text(), record.text()
     assert dump(fleet.store) == before
     assert fleet.verdict(f"{SERIES}/v8")["state"] != "superseded"
+
+
+def test_a_series_whose_name_escapes_is_refused_naming_the_field(fleet, origin):
+    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+    before = dump(fleet.store)
+    pr = fleet.pull_request(3, origin.pr3)
+    assert pr.results["collect"].conclusion == "failure", pr.results["collect"].text()
+    record = fleet.trusted_record(pr, "mallory")["record"]
+    assert record.conclusion == "failure", record.text()
+    assert 'series.toml: name "../../escape"' in record.text(), record.text()
+    assert dump(fleet.store) == before
+    assert not list(fleet.root.rglob("escape")), "something was written under the hostile name"
 
 
 def gh_stub(stubs: Path, responses: dict[str, object]) -> None:
