@@ -179,6 +179,9 @@ pub struct Phy {
     reset_until: Option<Instant>,
     /// Released by SW_RESET, the PHY answers from then.
     powerup_until: Option<Instant>,
+    /// RESET as last written to BMCR: the PHY resets only when the bit
+    /// goes from 0 to 1 (Linux's ax88796b writes BMCR 0 first for this).
+    reset_written: bool,
     link: Link,
     reads: [u64; 32],
     writes: [u64; 32],
@@ -202,6 +205,7 @@ impl Phy {
             timing: Timing::INSTANT,
             reset_until: None,
             powerup_until: None,
+            reset_written: false,
             link: Link::new(now, c),
             reads: [0; 32],
             writes: [0; 32],
@@ -294,6 +298,7 @@ impl Phy {
         self.held_in_reset = false;
         self.reset_until = None;
         self.powerup_until = None;
+        self.reset_written = false;
         self.reset_registers();
         self.update();
     }
@@ -302,6 +307,7 @@ impl Phy {
     pub fn set_held_in_reset(&mut self, held: bool) {
         if held && !self.held_in_reset {
             self.reset_registers();
+            self.reset_written = false;
         }
         if !held && self.held_in_reset {
             self.restart_aneg();
@@ -437,7 +443,12 @@ impl Phy {
     }
 
     fn write_bmcr(&mut self, val: u16) {
-        if val & bmcr::RESET != 0 {
+        let toggled = !self.reset_written;
+        self.reset_written = val & bmcr::RESET != 0;
+        if val & bmcr::RESET != 0 && !toggled {
+            log_w!("phy: BMCR write {val:#06x}: RESET was already written 1; no reset without a 0 first");
+        }
+        if val & bmcr::RESET != 0 && toggled {
             self.reset_registers();
             if !self.timing.reset.is_zero() {
                 self.reset_until = Some(self.link.now() + self.timing.reset);

@@ -612,3 +612,34 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_phy_resets_only_when_the_reset_bit_goes_from_0_to_1() {
+    let (mut p, _) = phy();
+    p.write(reg::ADVERTISE, 0x0041);
+    p.write(reg::BMCR, bmcr::RESET);
+    assert_eq!(p.read(reg::ADVERTISE), 0x01e1, "the first reset is taken");
+    p.write(reg::ADVERTISE, 0x0041);
+    p.write(reg::BMCR, bmcr::RESET | bmcr::ANENABLE);
+    assert_eq!(
+        p.read(reg::ADVERTISE),
+        0x0041,
+        "RESET written 1 twice: no reset"
+    );
+    assert_eq!(
+        p.read(reg::BMCR) & bmcr::ANENABLE,
+        bmcr::ANENABLE,
+        "the other bits are taken"
+    );
+    // As ax88796b's soft reset does: BMCR 0, then RESET.
+    p.write(reg::BMCR, 0);
+    p.write(reg::BMCR, bmcr::RESET | bmcr::ANRESTART);
+    assert_eq!(p.read(reg::ADVERTISE), 0x01e1);
+    // SW_RESET's hold resets the register, and with it the bit.
+    p.write(reg::ADVERTISE, 0x0041);
+    p.set_held_in_reset(true);
+    p.set_held_in_reset(false);
+    p.write(reg::ADVERTISE, 0x0041);
+    p.write(reg::BMCR, bmcr::RESET);
+    assert_eq!(p.read(reg::ADVERTISE), 0x01e1);
+}
