@@ -101,7 +101,9 @@ class Origin:
         git(work, "commit", "--quiet", "-m", "v9")
         self.pr2 = git(work, "rev-parse", "HEAD")
         git(work, "push", "--quiet", str(self.bare), "HEAD:refs/pull/2/head")
-        self.v9 = series / "v9"
+        # The pull request's series as it checks it out, for its artifacts.
+        shutil.copytree(series, root / "pr2" / SERIES)
+        self.v9 = root / "pr2" / SERIES / "v9"
         # Pull request 3: a new series whose series.toml names a path out
         # of the cache and the store's keys.
         git(work, "checkout", "--quiet", "-b", "pr3", "main")
