@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -494,3 +495,12 @@ def test_a_maintainers_nack_on_a_force_pushed_commit_is_recorded_once(fleet, ori
     finally:
         for f in ("gh", "gh-responses.json"):
             (stubs / f).unlink(missing_ok=True)
+
+
+def test_no_workflow_step_swallows_a_failure():
+    """A failing command fails its step: no `|| echo`, `|| true` or `|| :`
+    turns it into a message."""
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split(" #", 1)[0]
+            assert not re.search(r"\|\|\s*(echo|true|:)(\s|$)", code), f"{path.name}:{i}: {line}"
