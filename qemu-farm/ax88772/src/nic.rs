@@ -87,6 +87,11 @@ pub enum Drop {
     RxTooBigForRequest,
     /// Lost by the impairment (either direction).
     Impaired,
+    /// A wire frame whose bits were flipped on the way: its FCS does not
+    /// match, and the MAC drops it as the chip does.
+    RxCrc,
+    /// BMCR.ISOLATE cuts the PHY off the MAC's MII: no data either way.
+    Isolated,
     /// The delayed wire was full.
     DelayOverflow,
 }
@@ -313,6 +318,10 @@ impl Nic {
 
     /// Send a guest frame towards the wire; returns when it leaves.
     fn transmit(&mut self, mut frame: Vec<u8>, ev: &mut dyn NicEvents) -> Option<Instant> {
+        if self.phy.isolated() {
+            ev.dropped(Drop::Isolated, 1);
+            return None;
+        }
         if self.phy.loopback() {
             self.receive(frame, ev);
             return None;
@@ -373,8 +382,14 @@ impl Nic {
         }
         match self.impair.apply(false, &mut frame) {
             Fate::Dropped => return ev.dropped(Drop::Impaired, 1),
-            Fate::Corrupted => ev.corrupted(),
+            Fate::Corrupted => {
+                ev.corrupted();
+                return ev.dropped(Drop::RxCrc, 1);
+            }
             Fate::Pass => {}
+        }
+        if self.phy.isolated() {
+            return ev.dropped(Drop::Isolated, 1);
         }
         self.receive(frame, ev);
     }

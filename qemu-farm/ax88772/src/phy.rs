@@ -480,6 +480,12 @@ impl Phy {
         self.link.last.state == PhyState::LinkUp
     }
 
+    /// BMCR.ISOLATE: the PHY keeps its link but passes no data to or
+    /// from the MAC.
+    pub fn isolated(&self) -> bool {
+        self.bmcr & bmcr::ISOLATE != 0 && !self.held_in_reset
+    }
+
     pub fn loopback(&self) -> bool {
         self.bmcr & bmcr::LOOPBACK != 0 && !self.held_in_reset
     }

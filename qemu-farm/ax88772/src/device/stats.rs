@@ -25,6 +25,10 @@ pub struct Counters {
     pub rx_too_big_for_request: u64,
     pub impair_dropped: u64,
     pub impair_corrupted: u64,
+    /// Wire frames the MAC dropped for a bad FCS (corrupted on the way).
+    pub rx_crc_errors: u64,
+    /// Frames dropped while BMCR.ISOLATE cut the PHY off (either way).
+    pub isolated_dropped: u64,
     pub bulk_out_transfers: u64,
     pub bulk_in_transfers: u64,
     pub bulk_cancelled: u64,
@@ -73,6 +77,8 @@ impl NicEvents for Stats {
             Drop::RxOverflow => &mut c.rx_overflow,
             Drop::RxTooBigForRequest => &mut c.rx_too_big_for_request,
             Drop::Impaired => &mut c.impair_dropped,
+            Drop::RxCrc => &mut c.rx_crc_errors,
+            Drop::Isolated => &mut c.isolated_dropped,
             Drop::DelayOverflow => &mut c.delay_overflow,
         } += n;
     }

@@ -846,8 +846,55 @@ fn counters_count_frames_bytes_and_corruption_exactly() {
     t.send(5, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
     t.send(6, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
     assert_eq!(t.d.counters().impair_corrupted, 2);
+    assert_eq!(
+        t.d.counters().tx_frames,
+        4,
+        "the partner judges a TX frame's FCS"
+    );
+    // A frame corrupted on its way in fails the MAC's FCS check.
+    t.d.wire_frame(t.t, frame(MAC, 70));
+    let out = t.send(7, bulk_in(2048));
+    assert!(out.is_empty(), "nothing delivered");
+    let c = t.d.counters().clone();
+    assert_eq!(
+        (c.impair_corrupted, c.rx_crc_errors, c.rx_frames),
+        (3, 1, 2)
+    );
     t.d.reset_counters();
     assert_eq!(t.d.counters(), &Counters::default());
+}
+
+#[test]
+fn bmcr_isolate_keeps_the_link_and_passes_no_data() {
+    let mut t = T::up(false);
+    let mdio_write = |t: &mut T, id, reg, v: u16| {
+        t.send(id, ctrl(0x40, cmd::SET_SW_MII, 0, 0, 0, vec![]));
+        t.send(
+            id + 1,
+            ctrl(
+                0x40,
+                cmd::WRITE_MII_REG,
+                0x10,
+                reg,
+                2,
+                v.to_le_bytes().to_vec(),
+            ),
+        );
+    };
+    mdio_write(&mut t, 10, 0, 0x3500);
+    assert!(t.d.phy().link_up(), "the link stays");
+    t.send(20, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let out = t.send(21, bulk_in(2048));
+    assert!(out.is_empty());
+    let c = t.d.counters().clone();
+    assert_eq!((c.tx_frames, c.rx_frames, c.isolated_dropped), (0, 0, 2));
+    // Cleared, as genphy_config_aneg does: data flows again.
+    mdio_write(&mut t, 30, 0, 0x3100);
+    t.send(40, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert_eq!(t.d.take_usb().len(), 1, "the waiting bulk IN completes");
+    assert_eq!(t.d.counters().tx_frames, 1);
 }
 
 #[test]
