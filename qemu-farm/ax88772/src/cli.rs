@@ -9,7 +9,7 @@ use crate::descriptors::Variant;
 use crate::device::DeviceConfig;
 use crate::impair::Rng;
 use crate::mac::Addr0;
-use crate::nic::RxMode;
+use crate::nic::{DuplexMismatch, RxMode};
 use crate::phy::{LinkMode, Partner, Quirks};
 use crate::server::{OnDisconnect, UsbRole};
 
@@ -152,6 +152,11 @@ pub struct Cli {
     /// whole records only (a request too short for the next one babbles).
     #[arg(long, value_enum, default_value = "stream")]
     pub rx_mode: RxMode,
+    /// A duplex mismatch (MEDIUM.FD against the link's duplex): `count`
+    /// frames that overlap one coming the other way as collisions, or
+    /// `lose` them too.
+    #[arg(long, value_enum, default_value = "count")]
+    pub duplex_mismatch: DuplexMismatch,
     /// Trace every usbredir message and MDIO access.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -218,6 +223,7 @@ impl Cli {
         device.pace_burst = Duration::from_micros(self.pace_burst_us);
         device.rx_queue_frames = self.rx_queue.max(1);
         device.rx_mode = self.rx_mode;
+        device.duplex_mismatch = self.duplex_mismatch;
         device.autoneg = Duration::from_millis(self.autoneg_ms);
         device.phy_timing = crate::phy::Timing {
             reset: Duration::from_millis(self.phy_reset_ms),

@@ -92,6 +92,9 @@ pub enum Drop {
     RxCrc,
     /// BMCR.ISOLATE cuts the PHY off the MAC's MII: no data either way.
     Isolated,
+    /// A collision of a duplex mismatch (MEDIUM.FD against the link's
+    /// duplex) lost the frame (`DuplexMismatch::Lose`).
+    Collision,
     /// The delayed wire was full.
     DelayOverflow,
 }
@@ -107,6 +110,8 @@ pub trait NicEvents {
     fn dropped(&mut self, _why: Drop, _frames: u64) {}
     /// The impairment flipped a bit.
     fn corrupted(&mut self) {}
+    /// A frame collided under a duplex mismatch (lost or not).
+    fn collision(&mut self) {}
     /// Odd input worth a log line.
     fn warn(&mut self, _msg: std::fmt::Arguments<'_>) {}
 }
@@ -141,6 +146,19 @@ pub enum RxMode {
     Whole,
 }
 
+/// What a duplex mismatch (the MAC's MEDIUM.FD against the duplex the PHY
+/// linked at) does to frames that overlap one coming the other way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplexMismatch {
+    /// Counted as collisions (`duplex_collisions`); frames still pass.
+    #[default]
+    Count,
+    /// Counted, and the frame is lost, as the half-duplex side aborts it
+    /// (a late collision) or the full-duplex side's frame is mangled.
+    Lose,
+}
+
 /// The unsent end of a record whose start already went to the guest.
 #[derive(Debug, Default)]
 struct RxTail {
@@ -163,6 +181,11 @@ pub struct Nic {
     rx_queue_frames: usize,
     rx_mode: RxMode,
     rx_tail: RxTail,
+    duplex_mismatch: DuplexMismatch,
+    /// Until then a frame from the partner occupies the wire.
+    rx_busy_until: Instant,
+    /// Until then a frame of ours occupies the wire.
+    tx_busy_until: Instant,
     tx_parser: TxParser,
     tx_queue: VecDeque<(Instant, Vec<u8>)>,
     rx_queue: VecDeque<(Instant, Vec<u8>)>,
@@ -190,6 +213,9 @@ impl Nic {
             rx_queue_frames: cfg.rx_queue_frames,
             rx_mode: cfg.rx_mode,
             rx_tail: RxTail::default(),
+            duplex_mismatch: cfg.duplex_mismatch,
+            rx_busy_until: now,
+            tx_busy_until: now,
             tx_parser: TxParser::default(),
             tx_queue: VecDeque::new(),
             rx_queue: VecDeque::new(),
@@ -257,6 +283,32 @@ impl Nic {
     /// Frames to put on the wire, in order.
     pub fn take_wire(&mut self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.wire_out)
+    }
+
+    pub fn set_duplex_mismatch(&mut self, d: DuplexMismatch) {
+        self.duplex_mismatch = d;
+    }
+
+    /// The MAC, set up for a link (MEDIUM.RE), runs at another duplex than
+    /// the PHY linked at.
+    pub fn duplex_mismatched(&self) -> bool {
+        let mac_full = self.mac.medium & crate::mac::medium::FD != 0;
+        self.mac.medium & crate::mac::medium::RE != 0
+            && self.phy.full_duplex().is_some_and(|full| full != mac_full)
+    }
+
+    /// A frame meets one coming the other way under a duplex mismatch:
+    /// true when it is lost.
+    fn collides(&mut self, busy_until: Instant, start: Instant, ev: &mut dyn NicEvents) -> bool {
+        if !self.duplex_mismatched() || start >= busy_until {
+            return false;
+        }
+        ev.collision();
+        if self.duplex_mismatch == DuplexMismatch::Lose {
+            ev.dropped(Drop::Collision, 1);
+            return true;
+        }
+        false
     }
 
     pub fn set_rx_mode(&mut self, m: RxMode) {
@@ -330,13 +382,18 @@ impl Nic {
             ev.dropped(Drop::TxNoLink, 1);
             return None;
         }
-        let depart = if self.paced {
+        let wt = framing::wire_time(frame.len(), self.mac.line_rate());
+        let (start, depart) = if self.paced {
             let start = self.tx_clock.max(self.pace_floor());
-            self.tx_clock = start + framing::wire_time(frame.len(), self.mac.line_rate());
-            self.tx_clock
+            self.tx_clock = start + wt;
+            (start, self.tx_clock)
         } else {
-            self.now
+            (self.now, self.now)
         };
+        self.tx_busy_until = self.tx_busy_until.max(start + wt);
+        if self.collides(self.rx_busy_until, start, ev) {
+            return Some(depart);
+        }
         match self.impair.apply(true, &mut frame) {
             Fate::Dropped => ev.dropped(Drop::Impaired, 1),
             fate => {
@@ -378,6 +435,11 @@ impl Nic {
         }
         if frame.len() < 14 || frame.len() > MAX_FRAME {
             ev.dropped(Drop::RxLength, 1);
+            return;
+        }
+        let start = self.now.max(self.rx_busy_until);
+        self.rx_busy_until = start + framing::wire_time(frame.len(), self.mac.line_rate());
+        if self.collides(self.tx_busy_until, start, ev) {
             return;
         }
         match self.impair.apply(false, &mut frame) {

@@ -480,6 +480,14 @@ impl Phy {
         self.link.last.state == PhyState::LinkUp
     }
 
+    /// The duplex the link runs at, while it is up.
+    pub fn full_duplex(&self) -> Option<bool> {
+        match self.link.last.state {
+            PhyState::LinkUp => self.link.last.mode.map(|m| m.full_duplex()),
+            _ => None,
+        }
+    }
+
     /// BMCR.ISOLATE: the PHY keeps its link but passes no data to or
     /// from the MAC.
     pub fn isolated(&self) -> bool {

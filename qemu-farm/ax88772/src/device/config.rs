@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::descriptors::Variant;
 use crate::mac::Addr0;
-use crate::nic::RxMode;
+use crate::nic::{DuplexMismatch, RxMode};
 use crate::phy::{Partner, Quirks, Timing};
 
 /// The PHY's reset and power-up times by default: 10 ms each, well inside
@@ -45,6 +45,8 @@ pub struct DeviceConfig {
     pub rx_queue_frames: usize,
     /// How RX records meet bulk IN requests (a byte stream, as the chip).
     pub rx_mode: RxMode,
+    /// What a duplex mismatch does to colliding frames.
+    pub duplex_mismatch: DuplexMismatch,
     #[serde(serialize_with = "ser_ms")]
     pub autoneg: Duration,
     /// How long a BMCR reset and a power-up after SW_RESET take.
@@ -83,6 +85,7 @@ impl DeviceConfig {
             pace_burst: DEFAULT_PACE_BURST,
             rx_queue_frames: 256,
             rx_mode: RxMode::Stream,
+            duplex_mismatch: DuplexMismatch::Count,
             autoneg: Duration::ZERO,
             phy_timing: DEFAULT_PHY_TIMING,
             partner: Partner::default(),

@@ -8,7 +8,7 @@ use super::Device;
 use crate::faults::MdioFaults;
 use crate::impair::ImpairConfig;
 use crate::log_w;
-use crate::nic::RxMode;
+use crate::nic::{DuplexMismatch, RxMode};
 use crate::pcap::Pcap;
 use crate::phy::{Partner, Quirks, Timing};
 
@@ -87,6 +87,12 @@ impl Device {
     pub fn set_pace_burst(&mut self, d: Duration) {
         self.cfg.pace_burst = d;
         self.nic.set_pace_burst(d);
+    }
+
+    /// What a duplex mismatch does to colliding frames.
+    pub fn set_duplex_mismatch(&mut self, d: DuplexMismatch) {
+        self.cfg.duplex_mismatch = d;
+        self.nic.set_duplex_mismatch(d);
     }
 
     /// How RX records fill bulk IN requests.

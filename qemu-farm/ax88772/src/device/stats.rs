@@ -29,6 +29,11 @@ pub struct Counters {
     pub rx_crc_errors: u64,
     /// Frames dropped while BMCR.ISOLATE cut the PHY off (either way).
     pub isolated_dropped: u64,
+    /// Frames that met one coming the other way while the MAC's duplex
+    /// (MEDIUM.FD) disagreed with the link's.
+    pub duplex_collisions: u64,
+    /// Of those, frames lost (`--duplex-mismatch lose`).
+    pub duplex_collision_drops: u64,
     pub bulk_out_transfers: u64,
     pub bulk_in_transfers: u64,
     pub bulk_cancelled: u64,
@@ -79,11 +84,15 @@ impl NicEvents for Stats {
             Drop::Impaired => &mut c.impair_dropped,
             Drop::RxCrc => &mut c.rx_crc_errors,
             Drop::Isolated => &mut c.isolated_dropped,
+            Drop::Collision => &mut c.duplex_collision_drops,
             Drop::DelayOverflow => &mut c.delay_overflow,
         } += n;
     }
     fn corrupted(&mut self) {
         self.counters.impair_corrupted += 1;
+    }
+    fn collision(&mut self) {
+        self.counters.duplex_collisions += 1;
     }
     fn warn(&mut self, msg: std::fmt::Arguments<'_>) {
         log_w!("{msg}");

@@ -898,6 +898,47 @@ fn bmcr_isolate_keeps_the_link_and_passes_no_data() {
 }
 
 #[test]
+fn a_duplex_mismatch_makes_crossing_frames_collide() {
+    let mut t = T::up(false);
+    let t0 = t.t;
+    let cross = |t: &mut T, at: Instant, id| {
+        t.d.wire_frame(at, frame(MAC, 1000));
+        t.d.handle(
+            at,
+            Packet::new(id, bulk_out(framing::tx_transfer(&frame(MAC, 1000)))),
+        );
+        t.d.take_usb();
+    };
+    // MAC and link agree (full): traffic both ways at once is fine.
+    cross(&mut t, t0, 10);
+    assert_eq!(t.d.counters().duplex_collisions, 0);
+    // The MAC set to half duplex on a full-duplex link.
+    t.send(2, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0334, 0, 0, vec![]));
+    let ms = Duration::from_millis;
+    cross(&mut t, t0 + ms(10), 11);
+    let c = t.d.counters().clone();
+    assert_eq!((c.duplex_collisions, c.duplex_collision_drops), (1, 0));
+    assert_eq!(c.tx_frames, 2, "counted, not lost, by default");
+    // One way at a time: nothing collides.
+    t.d.wire_frame(t.t + ms(20), frame(MAC, 1000));
+    t.d.handle(
+        t.t + ms(30),
+        Packet::new(12, bulk_out(framing::tx_transfer(&frame(MAC, 1000)))),
+    );
+    assert_eq!(t.d.counters().duplex_collisions, 1);
+    // Losing them: the TX frame that met the partner's is gone.
+    t.d.set_duplex_mismatch(crate::nic::DuplexMismatch::Lose);
+    cross(&mut t, t0 + ms(40), 13);
+    let c = t.d.counters().clone();
+    assert_eq!((c.duplex_collisions, c.duplex_collision_drops), (2, 1));
+    assert_eq!(c.tx_frames, 3);
+    // MEDIUM 0 (no link programmed) is no mismatch.
+    t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0, 0, 0, vec![]));
+    cross(&mut t, t0 + ms(50), 14);
+    assert_eq!(t.d.counters().duplex_collisions, 2);
+}
+
+#[test]
 fn session_state_accessors() {
     let mut t = T::new(false);
     assert!(!t.d.announced(), "nothing announced before QEMU's hello");
