@@ -115,6 +115,10 @@ pub struct Cli {
     /// Autonegotiation time in milliseconds (0: instant; at most 10000).
     #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_AUTONEG.as_millis() as u64))]
     pub autoneg_ms: u64,
+    /// Jitter added to each autonegotiation, in milliseconds: a draw in
+    /// [0, MS] seeded from --seed (--autoneg-ms + this at most 10000).
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_AUTONEG.as_millis() as u64))]
+    pub autoneg_jitter_ms: u64,
     /// How long BMCR.RESET reads 1 after it was written, in milliseconds
     /// (writes meanwhile are dropped; at most 500).
     #[arg(long, value_name = "MS", default_value_t = crate::device::DEFAULT_PHY_TIMING.reset.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_RESET.as_millis() as u64))]
@@ -225,6 +229,8 @@ impl Cli {
         device.rx_mode = self.rx_mode;
         device.duplex_mismatch = self.duplex_mismatch;
         device.autoneg = Duration::from_millis(self.autoneg_ms);
+        device.autoneg_jitter = Duration::from_millis(self.autoneg_jitter_ms);
+        device.autoneg_seed = self.seed;
         device.phy_timing = crate::phy::Timing {
             reset: Duration::from_millis(self.phy_reset_ms),
             powerup: Duration::from_millis(self.phy_powerup_ms),

@@ -37,6 +37,7 @@ pub enum Request {
         pause: Option<bool>,
         asym_pause: Option<bool>,
         autoneg_ms: Option<u64>,
+        autoneg_jitter_ms: Option<u64>,
     },
     /// The PHY's reset and power-up times; omitted fields keep their value.
     PhyTiming {
@@ -254,11 +255,22 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
             pause,
             asym_pause,
             autoneg_ms,
+            autoneg_jitter_ms,
         } => {
-            if let Some(ms) = autoneg_ms {
-                if let Err(e) = crate::phy::check_autoneg(Duration::from_millis(ms)) {
-                    return err(e);
-                }
+            let delay = autoneg_ms.map_or(dev.config().autoneg, Duration::from_millis);
+            let jitter =
+                autoneg_jitter_ms.map_or(dev.config().autoneg_jitter, Duration::from_millis);
+            if let Err(e) = crate::phy::check_autoneg(delay) {
+                return err(e);
+            }
+            if crate::phy::check_autoneg(delay + jitter).is_err() {
+                return err(format!(
+                    "autoneg_jitter_ms: autoneg_ms plus autoneg_jitter_ms must be at most {}",
+                    crate::phy::MAX_AUTONEG.as_millis()
+                ));
+            }
+            if autoneg_jitter_ms.is_some() {
+                dev.set_autoneg_jitter(jitter);
             }
             let mut p = dev.config().partner.clone();
             if let Some(m) = modes {
@@ -535,6 +547,20 @@ mod tests {
         assert_eq!(d.config().autoneg, Duration::ZERO, "nothing changed");
         let r = ask(&mut d, t, r#"{"cmd":"partner","autoneg_ms":10000}"#);
         assert_eq!(r["ok"], true, "{r}");
+        let r = ask(&mut d, t, r#"{"cmd":"partner","autoneg_jitter_ms":1}"#);
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("autoneg_jitter_ms"),
+            "{r}"
+        );
+        let r = ask(
+            &mut d,
+            t,
+            r#"{"cmd":"partner","autoneg_ms":1500,"autoneg_jitter_ms":1500}"#,
+        );
+        assert_eq!(r["phy"]["autoneg_jitter_ms"], 1500, "{r}");
     }
 
     #[test]

@@ -169,6 +169,10 @@ pub struct Link {
     pub(crate) partner: Partner,
     pub(crate) quirks: Quirks,
     pub(crate) autoneg_delay: Duration,
+    /// Each autonegotiation takes `autoneg_delay` plus a seeded draw in
+    /// [0, jitter].
+    pub(crate) autoneg_jitter: Duration,
+    rng: crate::impair::Rng,
     an_done_at: Instant,
     now: Instant,
     pub(crate) last: Status,
@@ -191,6 +195,8 @@ impl Link {
             partner: Partner::default(),
             quirks: Quirks::default(),
             autoneg_delay: Duration::ZERO,
+            autoneg_jitter: Duration::ZERO,
+            rng: crate::impair::Rng::new(0),
             an_done_at: now,
             now,
             last: Status {
@@ -217,6 +223,12 @@ impl Link {
         }
     }
 
+    /// Jitter of the autonegotiation time, drawn from `seed`.
+    pub fn set_autoneg_jitter(&mut self, jitter: Duration, seed: u64) {
+        self.autoneg_jitter = jitter;
+        self.rng = crate::impair::Rng::new(seed);
+    }
+
     /// The model's current time.
     pub fn now(&self) -> Instant {
         self.now
@@ -228,7 +240,13 @@ impl Link {
 
     /// Start autonegotiation over, advertising `adv`.
     pub fn restart(&mut self, adv: u16) {
-        self.an_done_at = self.now + self.autoneg_delay;
+        let j = self.autoneg_jitter.as_micros() as u64;
+        let extra = if j == 0 {
+            0
+        } else {
+            self.rng.next_u64() % (j + 1)
+        };
+        self.an_done_at = self.now + self.autoneg_delay + Duration::from_micros(extra);
         self.adv_neg = adv;
     }
 

@@ -11,6 +11,8 @@ use ax88772::{log_e, log_i, wire};
 
 fn run() -> anyhow::Result<()> {
     let s = Cli::parse().settings();
+    ax88772::phy::check_autoneg(s.device.autoneg + s.device.autoneg_jitter)
+        .map_err(|e| anyhow::anyhow!("--autoneg-ms plus --autoneg-jitter-ms: {e}"))?;
     ax88772::log::set_level(s.log_level);
     log_i!("{}", std::env::args().collect::<Vec<_>>().join(" "));
     log_i!(

@@ -202,6 +202,7 @@ impl Nic {
     pub fn new(cfg: &DeviceConfig, now: Instant) -> Nic {
         let mut phy = Phy::new(cfg.phy_id, now);
         phy.set_autoneg_delay(cfg.autoneg);
+        phy.set_autoneg_jitter(cfg.autoneg_jitter, cfg.autoneg_seed);
         phy.set_timing(cfg.phy_timing);
         phy.set_partner(cfg.partner.clone());
         phy.set_quirks(cfg.quirks);

@@ -159,6 +159,7 @@ pub struct PhySnapshot {
     pub partner: Partner,
     pub quirks: Quirks,
     pub autoneg_ms: u64,
+    pub autoneg_jitter_ms: u64,
     pub link_ups: u64,
     pub link_downs: u64,
     /// MDIO reads and writes per register ("0x01" -> count).
@@ -523,6 +524,12 @@ impl Phy {
         self.link.autoneg_delay = d;
     }
 
+    /// Each autonegotiation takes the delay plus a draw in [0, jitter]
+    /// from a generator seeded with `seed`.
+    pub fn set_autoneg_jitter(&mut self, jitter: Duration, seed: u64) {
+        self.link.set_autoneg_jitter(jitter, seed);
+    }
+
     /// When the state machine next changes by itself (a reset or
     /// power-up ending, autoneg finishing).
     pub fn next_event(&self) -> Option<Instant> {
@@ -571,6 +578,7 @@ impl Phy {
             partner: self.link.partner.clone(),
             quirks: self.link.quirks,
             autoneg_ms: self.link.autoneg_delay.as_millis() as u64,
+            autoneg_jitter_ms: self.link.autoneg_jitter.as_millis() as u64,
             link_ups: self.link.link_ups,
             link_downs: self.link.link_downs,
             mdio_reads: per_reg(&self.reads),

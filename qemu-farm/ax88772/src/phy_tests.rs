@@ -643,3 +643,43 @@ fn the_phy_resets_only_when_the_reset_bit_goes_from_0_to_1() {
     p.write(reg::BMCR, bmcr::RESET);
     assert_eq!(p.read(reg::ADVERTISE), 0x01e1);
 }
+
+#[test]
+fn autonegotiation_time_is_jittered_within_its_range_and_follows_the_seed() {
+    let (mut p, t) = phy();
+    p.set_autoneg_delay(Duration::from_millis(1500));
+    p.set_autoneg_jitter(Duration::from_millis(1500), 7);
+    let mut now = t;
+    let mut took = Vec::new();
+    for _ in 0..20 {
+        p.set_time(now);
+        p.write(reg::BMCR, 0x1200);
+        assert!(!p.link_up());
+        let done = p.next_event().expect("autonegotiation pending");
+        took.push(done - now);
+        p.set_time(done);
+        assert!(p.link_up());
+        now = done;
+    }
+    let (lo, hi) = (Duration::from_millis(1500), Duration::from_millis(3000));
+    assert!(took.iter().all(|d| *d >= lo && *d <= hi), "{took:?}");
+    assert!(took.iter().any(|d| *d != took[0]), "jittered: {took:?}");
+    let again = {
+        let (mut p, t) = phy();
+        p.set_autoneg_delay(Duration::from_millis(1500));
+        p.set_autoneg_jitter(Duration::from_millis(1500), 7);
+        let mut now = t;
+        (0..20)
+            .map(|_| {
+                p.set_time(now);
+                p.write(reg::BMCR, 0x1200);
+                let done = p.next_event().expect("pending");
+                p.set_time(done);
+                let d = done - now;
+                now = done;
+                d
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(took, again, "the same seed, the same times");
+}

@@ -214,6 +214,34 @@ fn bad_arguments_exit_2() {
 }
 
 #[test]
+fn timing_values_out_of_range_exit_2_naming_the_option() {
+    for args in [
+        &["--autoneg-ms", "10001"][..],
+        &["--phy-reset-ms", "501"],
+        &["--phy-powerup-ms", "1001"],
+        &["--autoneg-ms", "9000", "--autoneg-jitter-ms", "1001"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ax88772-emu"))
+            .args([
+                "--connect",
+                "unix:/nonexistent/usb.sock",
+                "--connect-timeout",
+                "0",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let opt = args[args.len() - 2];
+        let named = err
+            .lines()
+            .any(|l| l.contains(opt) && (l.contains("not in 0..=") || l.contains("at most")));
+        assert!(named, "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn control_socket_is_private_and_a_live_one_is_never_replaced() {
     use std::os::unix::fs::PermissionsExt;
     let base = tmpdir("ctlsec");

@@ -49,6 +49,11 @@ pub struct DeviceConfig {
     pub duplex_mismatch: DuplexMismatch,
     #[serde(serialize_with = "ser_ms")]
     pub autoneg: Duration,
+    /// Added to each autonegotiation: a draw in [0, jitter] from a
+    /// generator seeded with `autoneg_seed`.
+    #[serde(serialize_with = "ser_ms")]
+    pub autoneg_jitter: Duration,
+    pub autoneg_seed: u64,
     /// How long a BMCR reset and a power-up after SW_RESET take.
     pub phy_timing: Timing,
     pub partner: Partner,
@@ -87,6 +92,8 @@ impl DeviceConfig {
             rx_mode: RxMode::Stream,
             duplex_mismatch: DuplexMismatch::Count,
             autoneg: Duration::ZERO,
+            autoneg_jitter: Duration::ZERO,
+            autoneg_seed: 0,
             phy_timing: DEFAULT_PHY_TIMING,
             partner: Partner::default(),
             quirks: Quirks::default(),

@@ -107,6 +107,13 @@ impl Device {
         self.nic.phy.set_timing(t);
     }
 
+    /// Jitter added to each autonegotiation, drawn from the configured seed.
+    pub fn set_autoneg_jitter(&mut self, j: Duration) {
+        self.cfg.autoneg_jitter = j;
+        let seed = self.cfg.autoneg_seed;
+        self.nic.phy.set_autoneg_jitter(j, seed);
+    }
+
     pub fn set_autoneg_delay(&mut self, d: Duration) {
         self.cfg.autoneg = d;
         self.nic.phy.set_autoneg_delay(d);
