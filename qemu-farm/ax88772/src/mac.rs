@@ -248,7 +248,14 @@ impl Mac {
         if s.is_in() {
             match s.request {
                 cmd::READ_MII_REG => {
-                    let v = if s.index > 31 {
+                    let v = if !self.host_en {
+                        log_w!(
+                            "mdio: read of phy {:#04x} reg {:#04x} without SET_SW_MII: the chip owns MDIO",
+                            s.value,
+                            s.index
+                        );
+                        0xffff
+                    } else if s.index > 31 {
                         log_w!("mdio: read of register {:#x} (only 0..31 exist)", s.index);
                         0xffff
                     } else if self.mdio_target(s.value) {
@@ -295,7 +302,13 @@ impl Mac {
                         s.value,
                         s.index
                     );
-                    if s.index > 31 {
+                    if !self.host_en {
+                        log_w!(
+                            "mdio: write to phy {:#04x} reg {:#04x} without SET_SW_MII dropped: the chip owns MDIO",
+                            s.value,
+                            s.index
+                        );
+                    } else if s.index > 31 {
                         log_w!("mdio: write to register {:#x} ignored", s.index);
                     } else if self.mdio_target(s.value) {
                         phy.write(s.index as u8, v);

@@ -76,6 +76,7 @@ fn hw_reset_sequence() {
     wr(&mut m, &mut p, cmd::SW_RESET, 0x0020, 0, &[]);
     assert!(p.link_up());
     // Vendor PHY registers at address 0 (aliased) already hold the defaults.
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
     let r = rd(&mut m, &mut p, cmd::READ_MII_REG, 0, 0x14, 2);
     assert_eq!(r, Reply::Data(vec![0x2c, 0x44]));
     wr(&mut m, &mut p, cmd::WRITE_IPG0, 0x001d, 0x0012, &[]);
@@ -99,6 +100,7 @@ fn hw_reset_sequence() {
 #[test]
 fn mdio_reaches_the_phy_at_0x10_only() {
     let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
     assert_eq!(
         rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 2, 2),
         Reply::Data(vec![0x3b, 0x00])
@@ -120,8 +122,32 @@ fn mdio_reaches_the_phy_at_0x10_only() {
         Reply::Data(vec![0xe1, 0x0d])
     );
     let mut absent = Mac::new(Variant::Ax88772a, MAC, Addr0::Absent);
+    absent.host_en = true;
     let r = rd(&mut absent, &mut p, cmd::READ_MII_REG, 0, 2, 2);
     assert_eq!(r, Reply::Data(vec![0xff, 0xff]), "address 0 never reads 0");
+}
+
+#[test]
+fn mdio_reaches_the_phy_only_while_the_host_owns_it() {
+    let (mut m, mut p) = setup();
+    let read = |m: &mut Mac, p: &mut Phy| rd(m, p, cmd::READ_MII_REG, 0x10, 4, 2);
+    assert_eq!(
+        read(&mut m, &mut p),
+        Reply::Data(vec![0xff, 0xff]),
+        "chip owns MDIO"
+    );
+    wr(&mut m, &mut p, cmd::WRITE_MII_REG, 0x10, 4, &[0x41, 0x00]);
+    assert_eq!(p.snapshot().advertise, 0x01e1, "the write was dropped");
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
+    assert_eq!(read(&mut m, &mut p), Reply::Data(vec![0xe1, 0x01]));
+    wr(&mut m, &mut p, cmd::WRITE_MII_REG, 0x10, 4, &[0x41, 0x00]);
+    assert_eq!(p.snapshot().advertise, 0x0041);
+    wr(&mut m, &mut p, cmd::SET_HW_MII, 0, 0, &[]);
+    assert_eq!(
+        read(&mut m, &mut p),
+        Reply::Data(vec![0xff, 0xff]),
+        "handed back"
+    );
 }
 
 #[test]
@@ -295,6 +321,7 @@ fn monitor_mode_reads_back_and_qctctrl_is_accepted() {
 #[test]
 fn mdio_register_31_is_the_last_one_that_reaches_the_phy() {
     let (mut m, mut p) = setup();
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
     rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 31, 2);
     wr(&mut m, &mut p, cmd::WRITE_MII_REG, 0x10, 31, &[0x01, 0x00]);
     rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 32, 2);
