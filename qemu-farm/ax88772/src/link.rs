@@ -454,6 +454,21 @@ mod tests {
     }
 
     #[test]
+    fn pause_is_negotiated_only_at_full_duplex() {
+        const ADV_PAUSE: u16 = 0x0400;
+        let an = controls(BMCR_ANENABLE, ADV_CSMA | ADV_100HALF | ADV_PAUSE);
+        let half = status(partner(true, &[LinkMode::Half100]), an);
+        assert_eq!(
+            (half.state, half.mode, half.pause),
+            (PhyState::LinkUp, Some(LinkMode::Half100), false),
+            "both offer pause, but a half-duplex link has none"
+        );
+        let an_full = controls(BMCR_ANENABLE, ADV_CSMA | 0x0100 | ADV_PAUSE);
+        let full = status(partner(true, &[LinkMode::Full100]), an_full);
+        assert_eq!((full.mode, full.pause), (Some(LinkMode::Full100), true));
+    }
+
+    #[test]
     fn a_forced_speed_links_only_with_a_partner_offering_that_speed() {
         let forced100 = controls(BMCR_SPEED100 | BMCR_FULLDPLX, ADV_CSMA | ADV_10);
         let up = status(partner(true, &[LinkMode::Half100]), forced100);
