@@ -119,6 +119,11 @@ pub struct Cli {
     /// [0, MS] seeded from --seed (--autoneg-ms + this at most 10000).
     #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_AUTONEG.as_millis() as u64))]
     pub autoneg_jitter_ms: u64,
+    /// Microseconds from SET_SW_MII until STATMNGSTS.HOST_EN reads 1 and
+    /// MDIO reaches the PHY (0: at once; at most 100000). Linux polls
+    /// HOST_EN 1 ms after SET_SW_MII, up to 30 times.
+    #[arg(long, value_name = "US", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub mii_delay_us: u64,
     /// How long BMCR.RESET reads 1 after it was written, in milliseconds
     /// (writes meanwhile are dropped; at most 500).
     #[arg(long, value_name = "MS", default_value_t = crate::device::DEFAULT_PHY_TIMING.reset.as_millis() as u64, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_RESET.as_millis() as u64))]
@@ -231,6 +236,7 @@ impl Cli {
         device.autoneg = Duration::from_millis(self.autoneg_ms);
         device.autoneg_jitter = Duration::from_millis(self.autoneg_jitter_ms);
         device.autoneg_seed = self.seed;
+        device.mii_delay = Duration::from_micros(self.mii_delay_us);
         device.phy_timing = crate::phy::Timing {
             reset: Duration::from_millis(self.phy_reset_ms),
             powerup: Duration::from_millis(self.phy_powerup_ms),

@@ -2,6 +2,7 @@
 //! control requests, the EEPROM, the RX filter, and MDIO to the PHY.
 
 use serde::Serialize;
+use std::time::{Duration, Instant};
 
 use crate::descriptors::Variant;
 use crate::phy::{Phy, PHY_ADDR};
@@ -116,7 +117,13 @@ pub struct Effects {
 pub struct Mac {
     #[serde(skip)]
     variant: Variant,
+    /// SET_SW_MII asked for MDIO (until SET_HW_MII).
     pub host_en: bool,
+    /// The host gets MDIO (HOST_EN reads 1) this long after SET_SW_MII.
+    #[serde(skip)]
+    pub mii_delay: Duration,
+    #[serde(skip)]
+    host_en_at: Option<Instant>,
     pub rx_ctl: u16,
     pub medium: u16,
     pub node_id: [u8; 6],
@@ -162,6 +169,8 @@ impl Mac {
         let mut m = Mac {
             variant,
             host_en: false,
+            mii_delay: Duration::ZERO,
+            host_en_at: None,
             rx_ctl: 0,
             medium: 0,
             node_id: mac_addr,
@@ -184,6 +193,7 @@ impl Mac {
         let eeprom = std::mem::replace(&mut self.eeprom, Box::new([0; EEPROM_WORDS]));
         *self = Mac {
             eeprom,
+            mii_delay: self.mii_delay,
             ..Mac::new(self.variant, self.node_id, self.addr0)
         };
         self.reload_node_id();
@@ -197,8 +207,15 @@ impl Mac {
         }
     }
 
-    pub fn statmngsts(&self) -> u8 {
-        self.variant.chip_code() | if self.host_en { HOST_EN } else { 0 }
+    /// STATMNGSTS at `now`: the chip code, and HOST_EN once the host owns
+    /// MDIO.
+    pub fn statmngsts(&self, now: Instant) -> u8 {
+        self.variant.chip_code() | if self.owns_mdio(now) { HOST_EN } else { 0 }
+    }
+
+    /// The host owns MDIO: SET_SW_MII came, and its delay is over.
+    pub fn owns_mdio(&self, now: Instant) -> bool {
+        self.host_en && self.host_en_at.map_or(true, |t| now >= t)
     }
 
     /// RX path open: RX_CTL.SO and MEDIUM.RE.
@@ -245,10 +262,11 @@ impl Mac {
             Reply::Data(v)
         };
         let need = |n: usize| data.len() >= n && usize::from(s.length) >= n;
+        let now = phy.now();
         if s.is_in() {
             match s.request {
                 cmd::READ_MII_REG => {
-                    let v = if !self.host_en {
+                    let v = if !self.owns_mdio(now) {
                         log_w!(
                             "mdio: read of phy {:#04x} reg {:#04x} without SET_SW_MII: the chip owns MDIO",
                             s.value,
@@ -270,7 +288,7 @@ impl Mac {
                     );
                     cut(word_bytes(v))
                 }
-                cmd::STATMNGSTS_REG => cut(vec![self.statmngsts()]),
+                cmd::STATMNGSTS_REG => cut(vec![self.statmngsts(now)]),
                 cmd::READ_EEPROM => {
                     let w = self
                         .eeprom
@@ -289,8 +307,16 @@ impl Mac {
             }
         } else {
             match s.request {
-                cmd::SET_SW_MII => self.host_en = true,
-                cmd::SET_HW_MII => self.host_en = false,
+                cmd::SET_SW_MII => {
+                    if !self.host_en {
+                        self.host_en = true;
+                        self.host_en_at = Some(now + self.mii_delay);
+                    }
+                }
+                cmd::SET_HW_MII => {
+                    self.host_en = false;
+                    self.host_en_at = None;
+                }
                 cmd::WRITE_MII_REG => {
                     if !need(2) {
                         log_w!("mdio: write with {} data bytes ({s})", data.len());
@@ -302,7 +328,7 @@ impl Mac {
                         s.value,
                         s.index
                     );
-                    if !self.host_en {
+                    if !self.owns_mdio(now) {
                         log_w!(
                             "mdio: write to phy {:#04x} reg {:#04x} without SET_SW_MII dropped: the chip owns MDIO",
                             s.value,

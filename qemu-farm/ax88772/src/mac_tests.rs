@@ -151,6 +151,28 @@ fn mdio_reaches_the_phy_only_while_the_host_owns_it() {
 }
 
 #[test]
+fn host_en_comes_the_mii_delay_after_set_sw_mii() {
+    let (mut m, mut p) = setup();
+    m.mii_delay = std::time::Duration::from_micros(500);
+    let t = p.now();
+    let stat = |m: &mut Mac, p: &mut Phy| rd(m, p, cmd::STATMNGSTS_REG, 0, 0, 1);
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
+    assert_eq!(stat(&mut m, &mut p), Reply::Data(vec![0x10]), "not yet");
+    let r = rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 2, 2);
+    assert_eq!(r, Reply::Data(vec![0xff, 0xff]), "MDIO not the host's yet");
+    // A second SET_SW_MII does not start the wait over.
+    p.set_time(t + std::time::Duration::from_micros(300));
+    wr(&mut m, &mut p, cmd::SET_SW_MII, 0, 0, &[]);
+    p.set_time(t + std::time::Duration::from_micros(500));
+    assert_eq!(stat(&mut m, &mut p), Reply::Data(vec![0x11]));
+    let r = rd(&mut m, &mut p, cmd::READ_MII_REG, 0x10, 2, 2);
+    assert_eq!(r, Reply::Data(vec![0x3b, 0x00]));
+    // The delay survives a USB reset.
+    m.reset();
+    assert_eq!(m.mii_delay, std::time::Duration::from_micros(500));
+}
+
+#[test]
 fn short_data_stage_stalls() {
     let (mut m, mut p) = setup();
     assert_eq!(
@@ -258,7 +280,7 @@ fn ether_crc_matches_linux() {
 #[test]
 fn chip_codes() {
     let m = Mac::new(Variant::Ax88772b, MAC, Addr0::Alias);
-    assert_eq!(m.statmngsts() & 0x70, 0x20);
+    assert_eq!(m.statmngsts(Instant::now()) & 0x70, 0x20);
 }
 
 #[test]

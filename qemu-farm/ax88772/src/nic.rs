@@ -207,7 +207,11 @@ impl Nic {
         phy.set_partner(cfg.partner.clone());
         phy.set_quirks(cfg.quirks);
         Nic {
-            mac: Mac::new(cfg.variant, cfg.mac, cfg.addr0),
+            mac: {
+                let mut m = Mac::new(cfg.variant, cfg.mac, cfg.addr0);
+                m.mii_delay = cfg.mii_delay;
+                m
+            },
             phy,
             paced: cfg.paced,
             pace_burst: cfg.pace_burst,

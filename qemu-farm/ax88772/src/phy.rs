@@ -276,6 +276,11 @@ impl Phy {
         self.update();
     }
 
+    /// The model's current time.
+    pub fn now(&self) -> Instant {
+        self.link.now()
+    }
+
     /// The link state machine (read-only).
     pub fn link(&self) -> &Link {
         &self.link

@@ -54,6 +54,9 @@ pub struct DeviceConfig {
     #[serde(serialize_with = "ser_ms")]
     pub autoneg_jitter: Duration,
     pub autoneg_seed: u64,
+    /// STATMNGSTS.HOST_EN (and MDIO) comes this long after SET_SW_MII.
+    #[serde(serialize_with = "ser_us")]
+    pub mii_delay: Duration,
     /// How long a BMCR reset and a power-up after SW_RESET take.
     pub phy_timing: Timing,
     pub partner: Partner,
@@ -94,6 +97,7 @@ impl DeviceConfig {
             autoneg: Duration::ZERO,
             autoneg_jitter: Duration::ZERO,
             autoneg_seed: 0,
+            mii_delay: Duration::ZERO,
             phy_timing: DEFAULT_PHY_TIMING,
             partner: Partner::default(),
             quirks: Quirks::default(),
