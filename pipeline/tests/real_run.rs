@@ -287,3 +287,66 @@ fn a_superseded_revision_gets_no_new_runs() {
     );
     assert_eq!(std::fs::read(&store).unwrap(), before, "the store changed");
 }
+
+#[test]
+fn a_changed_revision_refused_by_the_store_leaves_no_base_run_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("r.sqlite");
+    let o = record(&store, &fixture().join("farm"));
+    assert!(store.exists(), "{}", text(&o));
+    // The same v8 with one commit message changed: another patchset hash,
+    // and a build of exactly that series.
+    let copy = d.path().join("rust-phy-enum-check");
+    std::fs::create_dir_all(copy.join("v8")).unwrap();
+    let shipped = series();
+    std::fs::copy(
+        shipped.parent().unwrap().join("series.toml"),
+        copy.join("series.toml"),
+    )
+    .unwrap();
+    for e in std::fs::read_dir(&shipped).unwrap() {
+        let p = e.unwrap().path();
+        let mut text = std::fs::read_to_string(&p).unwrap();
+        if p.file_name().unwrap().to_string_lossy().starts_with("0001") {
+            text = text.replacen("\n---\n", "\nA sentence added on resend.\n---\n", 1);
+        }
+        std::fs::write(copy.join("v8").join(p.file_name().unwrap()), text).unwrap();
+    }
+    let show = Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .args(["series", "show", "--json"])
+        .arg(copy.join("v8"))
+        .output()
+        .unwrap();
+    assert!(show.status.success(), "{}", text(&show));
+    let parsed: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    let build = forged_build(d.path(), |doc| doc["series"] = parsed.clone());
+    let before = std::fs::read(&store).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_phyfarm"))
+        .arg("--store")
+        .arg(&store)
+        .arg("record")
+        .arg("-o")
+        .arg(d.path().join("out2"))
+        .arg("--series")
+        .arg(copy.join("v8"))
+        .arg("--build")
+        .arg(&build)
+        .arg("--farm")
+        .arg(fixture().join("farm"))
+        .arg("--farm")
+        .arg(fixture().join("farm-throughput"))
+        .env_remove("PHYFARM_STORE")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("a changed revision needs a new version"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read(&store).unwrap(),
+        before,
+        "the refused revision's base run was recorded alone"
+    );
+}
