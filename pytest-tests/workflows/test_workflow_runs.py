@@ -147,13 +147,6 @@ def binaries(phyfarm, tmp_path_factory) -> Path:
     return stubs
 
 
-def dump(store: Path) -> str:
-    if not store.exists():
-        return "<no store>"
-    with sqlite3.connect(store) as con:
-        return "\n".join(con.iterdump())
-
-
 def split_real_run(artifacts: Path, name: str, series_json: dict | None = None) -> None:
     """The real run's outputs as the matrix uploads them: one build per
     variant (`build-<name>-<variant>`), one farm result per variant and
@@ -203,10 +196,16 @@ def split_farm(artifacts: Path, name: str, side: str, root: Path) -> None:
 class Fleet:
     """One scenario: the trusted runner's store, and runs of workflows."""
 
-    def __init__(self, root: Path, origin: Origin, stubs: Path) -> None:
+    def __init__(self, root: Path, origin: Origin, stubs: Path, pg: tuple[str, str] | None) -> None:
         self.root = root
         self.origin = origin
-        self.store = root / "fleet.sqlite"
+        # SQLite: a file. PostgreSQL: a schema of its own on the test server.
+        self.pg = pg
+        if pg:
+            url, schema = pg
+            self.store = f"{url}?options=-csearch_path%3D{schema}"
+        else:
+            self.store = root / "fleet.sqlite"
         self.env = {
             "PATH": f"{stubs}:{os.environ['PATH']}",
             "HOME": str(root / "home"),
@@ -301,19 +300,70 @@ class Fleet:
         return json.loads(p.stdout)
 
 
-@pytest.fixture
-def fleet(tmp_path, origin, binaries) -> Fleet:
-    return Fleet(tmp_path, origin, binaries)
+@pytest.fixture(params=["sqlite", "postgres"])
+def fleet(request, tmp_path, origin, binaries):
+    if request.param == "sqlite":
+        yield Fleet(tmp_path, origin, binaries, None)
+        return
+    url = os.environ.get("PHYFARM_TEST_POSTGRES")
+    if not url:
+        pytest.skip(
+            "PHYFARM_TEST_POSTGRES is not set (`make unit` starts a server with "
+            "containers/postgres-test.sh): the PostgreSQL fleet store cannot be tested"
+        )
+    schema = re.sub(r"\W", "_", f"wf_{os.getpid()}_{tmp_path.name}").lower()[:60]
+    psql(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
+    yield Fleet(tmp_path, origin, binaries, (url, schema))
+    psql(url, f"DROP SCHEMA {schema} CASCADE")
 
 
-def recorded_revisions(store: Path) -> list[tuple[str, int, str]]:
-    if not store.exists():
+def psql(url: str, sql: str) -> str:
+    p = subprocess.run(
+        ["psql", url, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+REVISIONS_SQL = (
+    "SELECT s.name, r.version, r.patchset_hash FROM {s}revisions r"
+    " JOIN {s}series s ON s.id = r.series_id ORDER BY 1, 2"
+)
+
+
+def recorded_revisions(fleet: Fleet) -> list[tuple[str, int, str]]:
+    if fleet.pg:
+        url, schema = fleet.pg
+        rows = psql(url, REVISIONS_SQL.format(s=f"{schema}."))
+        return [
+            (n, int(v), h) for n, v, h in (line.split("|") for line in rows.splitlines() if line)
+        ]
+    if not Path(fleet.store).exists():
         return []
-    with sqlite3.connect(store) as con:
-        return con.execute(
-            "SELECT s.name, r.version, r.patchset_hash"
-            " FROM revisions r JOIN series s ON s.id = r.series_id"
-        ).fetchall()
+    with sqlite3.connect(fleet.store) as con:
+        return con.execute(REVISIONS_SQL.format(s="")).fetchall()
+
+
+def dump(fleet: Fleet) -> str:
+    """Everything the store holds, to compare before and after."""
+    if fleet.pg:
+        url, schema = fleet.pg
+        p = subprocess.run(
+            ["pg_dump", "--schema", schema, "--no-owner", url],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert p.returncode == 0, p.stderr
+        # \restrict and \unrestrict carry a random key per dump.
+        return "\n".join(x for x in p.stdout.splitlines() if "restrict " not in x)
+    if not Path(fleet.store).exists():
+        return "<no store>"
+    with sqlite3.connect(fleet.store) as con:
+        return "\n".join(con.iterdump())
 
 
 def test_a_maintainers_revision_is_recorded_with_the_identity_phyfarm_parsed(fleet, origin):
@@ -337,7 +387,7 @@ def test_a_maintainers_revision_is_recorded_with_the_identity_phyfarm_parsed(fle
             check=True,
         ).stdout
     )
-    assert recorded_revisions(fleet.store) == [(SERIES, 8, parsed["patchset_hash"])], record.text()
+    assert recorded_revisions(fleet) == [(SERIES, 8, parsed["patchset_hash"])], record.text()
     v = fleet.verdict(f"{SERIES}/v8")
     # The revision run and its base run, together.
     assert len(v["runs"]) == 1 and v["base_run"], v
@@ -381,7 +431,7 @@ def forge_results_verdict(artifacts: Path) -> None:
     ids=["series-build.json", "results.json-counts", "results.json-field"],
 )
 def test_a_forged_artifact_is_refused_and_nothing_is_recorded(fleet, origin, forge, names):
-    before = dump(fleet.store)
+    before = dump(fleet)
     pr = fleet.pull_request(1, origin.pr1, forge=forge)
     # The pull request's own run fails too: its collect step does not
     # swallow the refusal.
@@ -389,31 +439,31 @@ def test_a_forged_artifact_is_refused_and_nothing_is_recorded(fleet, origin, for
     record = fleet.trusted_record(pr, MAINTAINER)["record"]
     assert record.conclusion == "failure", record.text()
     assert names in record.text(), record.text()
-    assert dump(fleet.store) == before, "a refused artifact changed the store"
+    assert dump(fleet) == before, "a refused artifact changed the store"
 
 
 def test_a_stranger_cannot_add_a_revision_to_a_series_they_do_not_own(fleet, origin):
     # The maintainers' v8 is recorded first.
     fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
-    assert [r[:2] for r in recorded_revisions(fleet.store)] == [(SERIES, 8)]
-    before = dump(fleet.store)
+    assert [r[:2] for r in recorded_revisions(fleet)] == [(SERIES, 8)]
+    before = dump(fleet)
     pr = fleet.pull_request(2, origin.pr2)
     record = fleet.trusted_record(pr, "mallory")["record"]
     assert record.conclusion == "failure", record.text()
     assert "owners: github:mallory is not an owner of series" in record.text(), record.text()
-    assert dump(fleet.store) == before
+    assert dump(fleet) == before
     assert fleet.verdict(f"{SERIES}/v8")["state"] != "superseded"
 
 
 def test_a_series_whose_name_escapes_is_refused_naming_the_field(fleet, origin):
     fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
-    before = dump(fleet.store)
+    before = dump(fleet)
     pr = fleet.pull_request(3, origin.pr3)
     assert pr.results["collect"].conclusion == "failure", pr.results["collect"].text()
     record = fleet.trusted_record(pr, "mallory")["record"]
     assert record.conclusion == "failure", record.text()
     assert 'series.toml: name "../../escape"' in record.text(), record.text()
-    assert dump(fleet.store) == before
+    assert dump(fleet) == before
     assert not list(fleet.root.rglob("escape")), "something was written under the hostile name"
 
 
