@@ -191,10 +191,12 @@ def test_verdicts_workflow_counts_reviews_only_through_the_role_filter():
     assert "jq -r -f .github/scripts/objections.jq" in script
     assert "CHANGES_REQUESTED" not in script, "a second, unfiltered review query"
     assert "--nack" in script
-    # The reviewed commit's files are data: tar writes no owner, and a link
-    # in them means nothing is recorded.
-    assert "tar -x --no-same-owner --no-same-permissions" in script
-    assert 'find "reviews/$pr-$id" -type l' in script
+    # The reviewed commit's files are data: phyfarm reads them from git's
+    # objects (`series changed` refuses a link or submodule), nothing of the
+    # commit is checked out or extracted, and a refusal records nothing.
+    assert '"$PHYFARM" series changed --base "$base" --head "$commit" --json' in script
+    assert "tar " not in script and "git checkout" not in script
+    assert '--nack "$series/v$version"' in script
 
 
 def test_the_build_job_never_uploads_a_link():
