@@ -19,6 +19,9 @@ apt_packages=(
   git make gcc pkg-config
   python3 python3-venv
   postgresql
+  # The mailing-list path (phyfarm watch, pytest-tests/mail): a public-inbox
+  # archive and git send-email.
+  public-inbox git-email
   chromium fonts-dejavu-core
 )
 

@@ -112,6 +112,11 @@ pub enum Command {
     /// The dashboards as static files for GitHub Pages
     #[command(subcommand)]
     Dashboard(DashboardCommand),
+    /// Follow a mailing list's public-inbox archive: run each new complete
+    /// series revision, count maintainers' `pw-bot:` replies and NAKs, send
+    /// one report mail per verdict change (its options: `phyfarm watch --help`)
+    #[command(disable_help_flag = true)]
+    Watch(DashboardArgs),
 }
 
 #[derive(Debug, Args)]

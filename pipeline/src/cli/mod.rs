@@ -206,6 +206,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         }
         // Dispatched above without a repository; kept for exhaustiveness.
         Command::Results(cmd) => crate::cli::results::run(cli.global.store, cli.global.cache, cmd),
+        Command::Watch(a) => watch(&paths, &cli.global, &a.args),
         Command::Serve(a) => dashboard(&cli.global, "serve", &a.args),
         Command::Dashboard(DashboardCommand::Export(a)) => {
             dashboard(&cli.global, "export", &a.args)
@@ -292,6 +293,37 @@ fn dashboard_command(
     let mut cmd = std::process::Command::new(bin);
     cmd.env("PHYFARM_STORE", store).arg(verb).args(args);
     cmd
+}
+
+/// `phyfarm watch`: the mail path (mailing/phyfarm_mail) runs in the cache's
+/// Python venv and calls this binary back for `run`, `review` and `verdict`.
+fn watch(paths: &Paths, global: &Global, args: &[String]) -> Result<Outcome> {
+    let python = std::env::var_os("PHYFARM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| paths.cache.join("venv").join("bin").join("python"));
+    if !python.is_file() {
+        anyhow::bail!(
+            "{} not found (PHYFARM_PYTHON, else the cache's venv): run containers/host-setup.sh",
+            python.display()
+        );
+    }
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg("-m")
+        .arg("phyfarm_mail")
+        .args(args)
+        .env("PYTHONPATH", paths.repo.join("mailing"))
+        .env("PHYFARM_BIN", std::env::current_exe()?)
+        .env("PHYFARM_CACHE", &paths.cache)
+        .env(
+            "PHYFARM_RUNTIME",
+            format!("{:?}", global.runtime).to_lowercase(),
+        );
+    if let Some(store) = &global.store {
+        cmd.env("PHYFARM_STORE", store);
+    }
+    use std::os::unix::process::CommandExt;
+    let err = cmd.exec();
+    Err(anyhow::anyhow!("running {}: {err}", python.display()))
 }
 
 /// `--accel` where only an accelerator already resolved makes sense.

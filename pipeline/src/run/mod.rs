@@ -135,8 +135,14 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     let built_any = b.variants.iter().any(|v| folder.kernel(v.name()).is_file());
     if let (Some(f), true) = (&opts.farm, built_any) {
         let plan = crate::farm::contract::Plan::new(&names, b.kunit).only(&opts.checks);
+        // One variant asked for: the farm runs that variant's kernels only,
+        // even when an earlier run left the other one in the output folder.
+        let mut f = f.clone();
+        if let [only] = b.variants.as_slice() {
+            f.variant = Some(*only);
+        }
         let (farm_base_imp, farm_rev_imp, note) =
-            farm_both(paths, f, &out, &plan, opts.fresh_base, &mut lines)?;
+            farm_both(paths, &f, &out, &plan, opts.fresh_base, &mut lines)?;
         farm_base = farm_base_imp;
         farm_rev = farm_rev_imp;
         base_note = note;

@@ -1,0 +1,7 @@
+"""`python -m phyfarm_mail` is `phyfarm watch`."""
+
+import sys
+
+from .watch import main
+
+sys.exit(main())

@@ -1,0 +1,167 @@
+"""The netdev path end to end, from real parts: series posted with
+`git send-email` through an SMTP server into a public-inbox archive served by
+`public-inbox-httpd`; `phyfarm watch` follows the archive over HTTP, runs the
+complete revisions with `phyfarm run`, counts a maintainer's `pw-bot: cr`
+and sends report mails that land back in the archive, threaded.
+
+The runs are the real ones, narrowed by the list owner's run arguments to
+the rust variant and the link-flap checks (the family the seeded fault
+breaks), so the whole path takes minutes.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import email.utils
+import shutil
+import smtplib
+import subprocess
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+from listserver import LIST, ListServer
+
+REPO = Path(__file__).resolve().parents[2]
+V7 = REPO / "patches/rust-phy-enum-check/v7"
+V8 = REPO / "patches/rust-phy-enum-check/v8"
+FAULT = REPO / "patches/selftest/first-bad-patch/v1"
+MAINTAINER = "Jakub Kicinski <kuba@lists.phyfarm.test>"
+RUN_ARGS = ["--variants", "rust", "--checks", "farm.link_flap"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lst(tmp_path_factory):
+    for tool in ("public-inbox-init", "public-inbox-mda", "public-inbox-httpd"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (run containers/host-setup.sh)")
+    if subprocess.run(["git", "send-email", "-h"], capture_output=True).returncode == 128:
+        pytest.skip("git send-email is not installed (run containers/host-setup.sh)")
+    s = ListServer(tmp_path_factory.mktemp("list")).start()
+    yield s
+    s.stop()
+
+
+def send_series(lst: ListServer, folder: Path, sender: str) -> None:
+    p = subprocess.run(
+        ["git", "send-email", "--smtp-server=127.0.0.1", f"--smtp-server-port={lst.smtp_port}",
+         f"--to={LIST}", f"--from={sender}", "--confirm=never", "--suppress-cc=all",
+         "--thread", "--no-chain-reply-to", "--quiet",
+         *sorted(str(f) for f in folder.glob("*.patch"))],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+
+
+def reply(lst: ListServer, to_id: str, subject: str, sender: str, text: str) -> None:
+    m = EmailMessage()
+    m["From"], m["To"], m["Subject"] = sender, LIST, f"Re: {subject}"
+    m["Message-ID"] = email.utils.make_msgid("reply", domain="lists.phyfarm.test")
+    m["Date"] = email.utils.formatdate()
+    m["In-Reply-To"], m["References"] = f"<{to_id}>", f"<{to_id}>"
+    m.set_content(text)
+    with smtplib.SMTP("127.0.0.1", lst.smtp_port) as s:
+        s.send_message(m)
+
+
+def parsed(raw: bytes):
+    return email.message_from_bytes(raw, policy=email.policy.default)
+
+
+def reports(lst: ListServer) -> list:
+    return [m for m in map(parsed, lst.archived()) if m["X-Phyfarm"] == "report"]
+
+
+def cover_of(lst: ListServer, subject_part: str):
+    for m in map(parsed, lst.archived()):
+        if subject_part in str(m["Subject"]) and not str(m["Subject"]).startswith("Re:"):
+            return m
+    raise AssertionError(f"no mail {subject_part!r} in the archive")
+
+
+def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
+    lst, phyfarm, podman, tmp_path
+):
+    store = tmp_path / "results.sqlite"
+    maint = tmp_path / "maintainers"
+    maint.write_text(f"# netdev maintainers\n{MAINTAINER}\n")
+    state = tmp_path / "watch"
+
+    def watch():
+        r = phyfarm(
+            "--store", str(store), "watch", "--inbox", lst.url, "--state", str(state),
+            "--maintainers", str(maint), "--list", LIST,
+            "--smtp", f"127.0.0.1:{lst.smtp_port}", "--once", "--", *RUN_ARGS,
+        )  # fmt: skip
+        assert r.code == 0, r.describe()
+        return r
+
+    send_series(lst, V7, "FUJITA Tomonori <fujita.tomonori@lists.phyfarm.test>")
+    send_series(lst, V8, "FUJITA Tomonori <fujita.tomonori@lists.phyfarm.test>")
+    send_series(lst, FAULT, "Selftest <selftest@lists.phyfarm.test>")
+    first = watch()
+
+    # v7 was posted as 3/5 and 4/5 only: never run, and the log says why.
+    assert "[v7 4/5]" in first.stderr and "waiting for 1/5, 2/5, 5/5" in first.stderr, (
+        first.describe()
+    )
+    assert "rust-phy-enum-check/v7" not in first.stderr
+    assert "2 revisions run, 2 reports sent" in first.stderr, first.describe()
+
+    v8_cover = cover_of(lst, "[PATCH net-next v8 0/2]")
+    fault_cover = cover_of(lst, "[PATCH net-next v1 0/2]")
+    got = reports(lst)
+    assert len(got) == 2, [str(m["Subject"]) for m in got]
+    by_parent = {str(m["In-Reply-To"]): m for m in got}
+    v8_report = by_parent[str(v8_cover["Message-ID"])]
+    fault_report = by_parent[str(fault_cover["Message-ID"])]
+    assert str(v8_report["Subject"]).startswith("Re: [PATCH net-next v8 0/2]")
+    assert str(v8_cover["Message-ID"]) in str(v8_report["References"])
+    v8_text = v8_report.get_content()
+    assert "rust-phy-enum-check/v8: awaiting-review" in v8_text, v8_text
+    assert "b4 am -o rust-phy-enum-check" in v8_text
+    fault_text = fault_report.get_content()
+    assert ": changes-requested" in fault_text, fault_text
+    assert "FAIL: farm.link_flap[reset_after_link_loss] (rust)" in fault_text, fault_text
+    assert "reproduce: b4 am" in fault_text and "--checks farm.link_flap" in fault_text
+    # 1/2 passes link-flap, 2/2 breaks it: found on the kernels of patch 1 alone.
+    assert "first bad patch: 2/2 net: phy: ax88796b_rust: skip the PHY reset" in fault_text, (
+        fault_text
+    )
+    # The list and the series' author, nobody else.
+    assert {m["To"] for m in got} >= {f"{LIST}, fujita.tomonori@lists.phyfarm.test"}
+    assert {r for d in lst.others for r in d.rcpt} == {
+        "fujita.tomonori@lists.phyfarm.test",
+        "selftest@lists.phyfarm.test",
+    }
+
+    # Nothing changed: no new mail.
+    quiet = watch()
+    assert "0 revisions run, 0 reports sent" in quiet.stderr, quiet.describe()
+    assert len(reports(lst)) == 2
+
+    # Anyone may write pw-bot; only a maintainer's counts.
+    subject = str(v8_cover["Subject"])
+    reply(lst, str(v8_cover["Message-ID"])[1:-1], subject,
+          "Drive By <someone@lists.phyfarm.test>", "Looks odd.\n\npw-bot: cr\n")  # fmt: skip
+    shown = watch()
+    assert "not a maintainer: shown, not counted" in shown.stderr, shown.describe()
+    assert len(reports(lst)) == 2
+    v = phyfarm("--store", str(store), "verdict", "rust-phy-enum-check/v8")
+    assert v.code == 0 and "awaiting-review" in v.stdout, v.describe()
+
+    text = "> pw-bot: cr\nquoted, not a command\n\nPlease split patch 1.\n\npw-bot: cr\n"
+    reply(lst, str(v8_cover["Message-ID"])[1:-1], subject, MAINTAINER, text)
+    objected = watch()
+    assert "nack by Jakub Kicinski" in objected.stderr, objected.describe()
+    v = phyfarm("--store", str(store), "verdict", "rust-phy-enum-check/v8")
+    assert v.code == 1 and "changes-requested" in v.stdout, v.describe()
+    got = reports(lst)
+    assert len(got) == 3, [str(m["Subject"]) for m in got]
+    text = got[-1].get_content()
+    assert "rust-phy-enum-check/v8: changes-requested" in text, text
+    assert "nack by Jakub Kicinski" in text and "pw-bot: cr" in text
+    assert "pw-bot: cr from Drive By" in text  # shown, not counted
