@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from . import procs
+from . import procs, shell
 from .emulator import Emulator
 from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
 from .exporter import Exporter
@@ -123,6 +123,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="ARG",
         help="an extra ax88772-emu argument for every check (repeatable), before the "
         "check's own, e.g. --emulator-arg=--partner-modes=10full,10half",
+    )
+    g.addoption(
+        "--shell",
+        action="store_true",
+        help="after each check, a shell in its guest (adapter attached) on this terminal, "
+        "until :quit or end of input (`phyfarm repro --shell`; needs -s)",
     )
     g.addoption(
         "--kunit-kernel",
@@ -332,6 +338,17 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         status, msg = "PASS", ""
     cid, variant = item._phyfarm_check  # type: ignore[attr-defined]
     rep.phyfarm = {"status": status, "message": msg, "id": cid, "variant": variant}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem):
+    """--shell: the developer's turn in the guest, before it is torn down."""
+    farm: Farm | None = getattr(item, "_phyfarm_farm", None)
+    if farm is not None and item.config.getoption("--shell"):
+        capman = item.config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            shell.repl(farm, sys.stdin, sys.stdout)
+    return (yield)
 
 
 def pytest_runtest_logreport(report) -> None:

@@ -4,6 +4,8 @@ No guest needed."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import subprocess
@@ -288,6 +290,12 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
     assert plan2["kernels"] == {"c": str(art / "c" / "bzImage")}
     assert plan2["variants"] == ["c"]
     assert plan2["emulator"] == "/bin/true"
+    # What the guests run, by content: `phyfarm repro` checks these.
+    assert plan2["sha256"][str(art / "c" / "bzImage")] == hashlib.sha256(b"k").hexdigest()
+    assert plan2["sha256"][str(image)] == hashlib.sha256(b"070701").hexdigest()
+    assert (
+        plan2["sha256"]["/bin/true"] == hashlib.sha256(Path("/bin/true").read_bytes()).hexdigest()
+    )
     assert plan2["exporter_kernel"] is None, "no forwarded-gadget path asked for"
     p = subprocess.run(
         [*argv, "--exporter-kernel", str(art / "c" / "bzImage"), "--json"],
@@ -574,3 +582,71 @@ def test_the_receivers_bytes_are_checked_against_the_emulators_wire_count():
     lying = Farm(guest=_IperfGuest(11.5e6), emu=_WireEmu(10_000_000), variant="rust", accel="tcg")
     g = lying.tcp_goodput(seconds=8, reverse=True, skip=2.0)
     assert g.wire_bytes == 10_000_000 and g.claimed_bytes > g.wire_bytes
+
+
+class _Cmd:
+    def __init__(self, stdout="", stderr="", exit=0, timed_out=False):
+        self.stdout, self.stderr, self.exit, self.timed_out = stdout, stderr, exit, timed_out
+
+
+class _Guest:
+    console = Path("/logs/console.log")
+
+    def __init__(self):
+        self.ran = []
+
+    def sh(self, line, timeout=None):
+        self.ran.append((line, timeout))
+        if line == "hang":
+            return _Cmd(timed_out=True, exit=-1)
+        if line == "gone":
+            raise HarnessError("no reply to `sh`: agent connection closed")
+        return _Cmd(stdout="eth1 \x1b[31mUP\n", exit=0 if line != "false" else 1)
+
+    def console_text(self):
+        return "\n".join(f"line {i}" for i in range(100))
+
+
+class _Emu:
+    def __init__(self):
+        self.links = []
+
+    def link(self, up):
+        self.links.append(up)
+
+    def phy(self):
+        return {"phy": {"link": False}}
+
+    def counters(self):
+        return {"rx_frames": 3}
+
+
+def test_the_repro_shell_runs_lines_in_the_guest_and_colon_commands_on_the_emulator():
+    """`phyfarm repro --shell`: a line runs in the guest, `:` commands go to
+    the emulator, guest output is shown without its control characters, a
+    command that hangs or a guest that went away is said, not raised."""
+    from phyfarm_farm import shell
+
+    class F:
+        variant, accel, dut, partner = "rust", "tcg", "eth1", "eth0"
+        guest, emu = _Guest(), _Emu()
+
+    f = F()
+    inp = io.StringIO(
+        "ip link\n\n:link down\n:link sideways\nfalse\nhang\ngone\n"
+        ":console 2\n:counters\n:quit\nnever\n"
+    )
+    out = io.StringIO()
+    assert shell.repl(f, inp, out, timeout=5) == 8
+    text = out.getvalue()
+    assert text.startswith("phyfarm shell: rust kernel, accelerator tcg; adapter eth1"), text
+    assert "eth1 ?[31mUP\n" in text and "\x1b" not in text
+    assert f.emu.links == [False] and "link down\n" in text
+    assert "unknown command ':link sideways'" in text
+    assert "[exit 1]" in text and "[timed out after 5s]" in text
+    assert "error: no reply to `sh`: agent connection closed" in text
+    assert "line 98\nline 99\n" in text and '"rx_frames": 3' in text
+    assert [line for line, _ in f.guest.ran] == ["ip link", "false", "hang", "gone"], (
+        "never after :quit"
+    )
+    assert shell.repl(f, io.StringIO(""), io.StringIO()) == 0, "end of input leaves"

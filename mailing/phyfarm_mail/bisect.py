@@ -65,6 +65,10 @@ class Bisect:
         self.store = root / "bisect.sqlite"
         self.log = log
         self.run_args = run_args
+        #: What each step ran and gave, for the record: "1..1: PASS PASS".
+        self.steps: list[str] = []
+        #: The check bisected: (path, variant).
+        self.check: tuple[str, str | None] | None = None
 
     def prefix(self, rev_dir: Path, name: str, version: int, k: int) -> tuple[str, Path]:
         series = f"{name}-first-{k}"[:100]
@@ -96,6 +100,7 @@ class Bisect:
         if variant:
             args += ["--variants", str(variant)]
         tally = {"PASS": 0, "FAIL": 0}
+        seen: list[str] = []
         for n in range(1, RUNS_PER_STEP + 1):
             subprocess.run(
                 [self.phyfarm, "--store", str(self.store), "run", str(d), *args],
@@ -120,13 +125,17 @@ class Bisect:
             ]
             status = got[0] if got else "MISS"
             self.log("I", f"first bad patch: patches 1..{k}, run {n}: {path} {status}")
+            seen.append(str(status))
             if status not in tally:
-                return "unknown"
+                break
             tally[status] += 1
             if tally["PASS"] >= AGREE:
+                self.steps.append(f"1..{k}: {' '.join(seen)}")
                 return "good"
             if tally["FAIL"] >= AGREE:
+                self.steps.append(f"1..{k}: {' '.join(seen)}")
                 return "bad"
+        self.steps.append(f"1..{k}: {' '.join(seen)}")
         return "unknown"
 
     def find(self, rev_dir: Path, name: str, version: int, total: int, verdict: dict) -> str | None:
@@ -135,6 +144,7 @@ class Bisect:
         if not checks or total < 2:
             return None
         path, variant = checks[0]
+        self.check = (path, variant)
         good, bad = 0, total  # the base passes, the whole revision fails
         while bad - good > 1:
             mid = (good + bad) // 2

@@ -46,6 +46,18 @@ def run_hint(name: str, cover_id: str, run_args: list[str], check: str | None = 
     return f"b4 am -o {name} {shlex.quote(cover_id)} && phyfarm run {name}/*.mbx{tail}"
 
 
+def reproducer(verdict: dict, check: dict) -> str | None:
+    """The verdict's `phyfarm repro` command for one of its checks."""
+    for r in verdict.get("reproducers", []):
+        if (
+            isinstance(r, dict)
+            and r.get("path") == check.get("path")
+            and r.get("variant") == check.get("variant")
+        ):
+            return clean(str(r.get("command", "")), 300) or None
+    return None
+
+
 def _wrap(text: str, indent: str) -> list[str]:
     return textwrap.wrap(text, 72, initial_indent=indent, subsequent_indent=indent + "  ") or [
         indent
@@ -59,8 +71,10 @@ def body(
     dashboard: str,
     notes: list[str],
     first_bad: str | None = None,
+    run_dir: str | None = None,
 ) -> str:
-    """The report's text; `hint` is (series name, cover Message-ID, run arguments)."""
+    """The report's text; `hint` is (series name, cover Message-ID, run
+    arguments); `run_dir` is the run folder `phyfarm repro` reruns from."""
     state = clean(str(verdict.get("state") or "testing"), 40)
     checks = [c for c in verdict.get("checks", []) if isinstance(c, dict)]
     counts = _count(checks)
@@ -94,6 +108,10 @@ def body(
             fam = family(path)
             if fam:
                 lines.append(f"    reproduce: {run_hint(hint[0], hint[1], hint[2], fam)}")
+            repro = reproducer(verdict, c)
+            if repro:
+                where = f" --run {shlex.quote(run_dir)}" if run_dir else ""
+                lines.append(f"    on the farm, from this run: {repro}{where}")
         if len(bad) > MAX_LISTED:
             lines.append(f"  ... and {len(bad) - MAX_LISTED} more on the dashboard")
     if first_bad and state == "changes-requested":

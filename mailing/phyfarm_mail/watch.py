@@ -25,7 +25,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .bisect import Bisect, failing
+from .bisect import AGREE, RUNS_PER_STEP, Bisect, failing
 from .group import Grouper, slug
 from .inbox import Inbox, InboxError
 from .mail import Refused, clean, parse
@@ -219,9 +219,25 @@ class Watcher:
                 touched.add(ref)
                 n["runs"] += 1
         touched |= self.replies()
+        self.incomplete()
         n["reports"] = self.reports()
         self.save()
         return n
+
+    def incomplete(self) -> None:
+        """Says which revisions still wait for patches (the first few)."""
+        waiting = [
+            g for g in self.state["groups"].values() if not g.get("done") and Grouper.missing(g)
+        ]
+        if not waiting:
+            return
+        shown = "; ".join(
+            f"[v{g['version']}] {clean(g['title'], 60)} by {g['author']}: "
+            f"waiting for {', '.join(Grouper.missing(g)[:5])}"
+            for g in waiting[:3]
+        )
+        more = f" (and {len(waiting) - 3} more)" if len(waiting) > 3 else ""
+        log("I", f"{len(waiting)} incomplete revisions, not run: {shown}{more}")
 
     def take(self, where: str, raw: bytes) -> str:
         try:
@@ -287,7 +303,7 @@ class Watcher:
         if not {"-o", "--out"} & set(self.a.run_args):
             # Its own run folder: a series of the same name run from
             # patches/ keeps its own.
-            argv += ["-o", str(self.dir / "runs" / ref.replace("/", "-"))]
+            argv += ["-o", self.run_dir(ref)]
         log("I", f"{ref}: running {' '.join(argv[1:])}")
         started = time.monotonic()
         code = subprocess.run(argv, stdout=subprocess.DEVNULL, check=False).returncode
@@ -296,6 +312,12 @@ class Watcher:
         if code == 1 and g["total"] > 1:
             self.first_bad(ref, g, rev_dir)
         return ref
+
+    def run_dir(self, ref: str) -> str | None:
+        """The revision's run folder (None: the owner's `-o` decides)."""
+        if {"-o", "--out"} & set(self.a.run_args):
+            return None
+        return str((self.dir / "runs" / ref.replace("/", "-")).resolve())
 
     def first_bad(self, ref: str, g: dict, rev_dir: Path) -> None:
         p = subprocess.run([self.phyfarm, "verdict", ref, "--json"],
@@ -317,6 +339,20 @@ class Watcher:
         if found:
             log("I", f"{ref}: first bad patch: {found}")
             self.state["revisions"][ref]["first_bad"] = found
+        if found and found[0].isdigit() and b.check:
+            # In the store too: the verdict, the exports and the pages show it.
+            path, variant = b.check
+            how = (
+                f"{RUNS_PER_STEP} runs at most per step, {AGREE} agreeing decide; "
+                f"the base passes, patches 1..{g['total']} fail; " + "; ".join(b.steps)
+            )
+            argv = [self.phyfarm, "first-bad", ref, path, "--patch", found.partition("/")[0],
+                    "--how", how[:1900]]  # fmt: skip
+            if variant:
+                argv += ["--variant", variant]
+            p = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if p.returncode != 0:
+                log("W", f"{ref}: first bad patch not recorded: {p.stderr.strip()[-300:]}")
         self.save()
 
     def replies(self) -> set[str]:
@@ -349,7 +385,8 @@ class Watcher:
         info = self.state["revisions"][ref]
         maintainer = mail.from_addr in self.maintainers
         for k, v in mail.trailers:
-            log("I", f"{ref}: {k}: {v} (from <{mail.message_id}>)")
+            log("I", f"{ref}: {k}: {v} (from <{mail.message_id}>): shown, not counted")
+            info["notes"].append(f"{k}: {v}")
         commands = list(mail.pw_bot) + (["nak"] if mail.nak else [])
         for cmd in commands:
             if not maintainer:
@@ -415,6 +452,7 @@ class Watcher:
             f"{self.a.dashboard_url.rstrip('/')}/series/{ref}",
             info.get("notes", []),
             info.get("first_bad"),
+            self.run_dir(ref),
         )
         to = [self.a.list or "list@localhost"]
         if not self.a.no_cc_author and info["author"] not in to:

@@ -369,6 +369,26 @@ pub struct Run {
     pub measurements: Vec<Measurement>,
 }
 
+/// `phyfarm repro`: the command that reruns farm check `check` of `revision`
+/// on `variant` from the run's recorded artifacts (None for a check that is
+/// not a farm check, or a differential: those are rerun by `phyfarm run`, or
+/// through their two sides).
+pub fn repro_command(revision: &str, check: &str, variant: Option<&str>) -> Option<String> {
+    if !check.starts_with("farm.") || check.starts_with("farm.differential.") {
+        return None;
+    }
+    let mut argv = vec![
+        "phyfarm".to_string(),
+        "repro".into(),
+        revision.to_string(),
+        check.to_string(),
+    ];
+    if let Some(v) = variant {
+        argv.extend(["--variant".into(), v.to_string()]);
+    }
+    Some(crate::sandbox::runtime::shell_quote(&argv))
+}
+
 /// A KCIDB path: dot-separated components of `[A-Za-z0-9_-]`.
 pub fn valid_path(p: &str) -> bool {
     !p.is_empty() && p.split('.').all(valid_component)
@@ -543,6 +563,20 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_quotes_the_check_and_is_only_for_farm_checks() {
+        assert_eq!(
+            repro_command("s/v2", "farm.link_flap[plain]", Some("rust")).unwrap(),
+            "phyfarm repro s/v2 'farm.link_flap[plain]' --variant rust"
+        );
+        assert_eq!(
+            repro_command("x';rm -rf ~;'/v1", "farm.probe", None).unwrap(),
+            r"phyfarm repro 'x'\'';rm -rf ~;'\''/v1' farm.probe"
+        );
+        assert!(repro_command("s/v1", "build.rust.patch1", None).is_none());
+        assert!(repro_command("s/v1", "farm.differential.probe", None).is_none());
+    }
 
     #[test]
     fn status_priority_order_is_kcidb_order() {

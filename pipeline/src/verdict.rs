@@ -21,8 +21,9 @@ mod tests;
 
 use serde::Serialize;
 
+use crate::results::review::FirstBad;
 pub use crate::results::review::{Review, ReviewKind, State, Transition};
-use crate::results::{RevisionRef, Run, Timestamp};
+use crate::results::{RevisionRef, Run, Status, Timestamp};
 use crate::store::{self, RevisionRecord, RunRecord, RunState, Store, StoreError};
 pub use compare::{
     Band, CheckKey, CheckState, Checks, Finding, FindingKind, MeasurementDelta, Movement,
@@ -80,6 +81,102 @@ pub struct Report {
     pub reviews: Vec<Review>,
     pub transitions: Vec<Transition>,
     pub evaluated_at: Timestamp,
+    /// For every farm check that did not pass, or is flaky: the command
+    /// that reruns it from the run's recorded artifacts.
+    pub reproducers: Vec<Reproducer>,
+    /// The first bad patch of each check that fails now, as a bisection
+    /// recorded it.
+    pub first_bad: Vec<FirstBadPatch>,
+}
+
+/// A recorded first bad patch, with the patch's subject.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FirstBadPatch {
+    #[serde(flatten)]
+    pub check: CheckKey,
+    pub patch: u32,
+    pub of: u32,
+    pub subject: String,
+    pub how: String,
+    pub at: Timestamp,
+}
+
+impl FirstBadPatch {
+    /// `2/5 net: phy: …`
+    pub fn name(&self) -> String {
+        format!("{}/{} {}", self.patch, self.of, self.subject)
+    }
+}
+
+/// The recorded first bad patches whose check fails now (the latest of
+/// each check), with their subjects.
+fn first_bad_now(rec: &RevisionRecord, found: &[FirstBad], checks: &Checks) -> Vec<FirstBadPatch> {
+    let mut out: Vec<FirstBadPatch> = vec![];
+    for f in found.iter().rev() {
+        let check = CheckKey {
+            path: f.check.clone(),
+            variant: f.variant.clone(),
+        };
+        let failing = checks.get(&check).is_some_and(|c| c.status == Status::Fail);
+        if !failing || out.iter().any(|o| o.check == check) {
+            continue;
+        }
+        let subject = rec
+            .info
+            .patches
+            .iter()
+            .find(|p| p.position == f.patch)
+            .map(|p| p.subject.clone())
+            .unwrap_or_default();
+        out.push(FirstBadPatch {
+            check,
+            patch: f.patch,
+            of: rec.info.patches.len() as u32,
+            subject,
+            how: f.how.clone(),
+            at: f.at,
+        });
+    }
+    out.reverse();
+    out
+}
+
+/// `phyfarm repro` for one check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reproducer {
+    #[serde(flatten)]
+    pub check: CheckKey,
+    pub command: String,
+}
+
+/// The reproducers of `checks`: farm checks that failed, erred, went
+/// missing or are flaky (a SKIP does not apply; a differential is rerun
+/// through its two sides).
+pub fn reproducers(rev: &RevisionRef, checks: &Checks) -> Vec<Reproducer> {
+    checks
+        .iter()
+        .filter(|(_, c)| {
+            !matches!(c.status, Status::Pass | Status::Skip | Status::Done) || c.flaky.is_some()
+        })
+        .filter_map(|(k, _)| {
+            let command =
+                crate::results::repro_command(&rev.to_string(), &k.path, k.variant.as_deref())?;
+            Some(Reproducer {
+                check: k.clone(),
+                command,
+            })
+        })
+        .collect()
+}
+
+impl Report {
+    /// The reproducer of one check, if it has one.
+    pub fn reproducer(&self, k: &CheckKey) -> Option<&str> {
+        self.reproducers
+            .iter()
+            .find(|r| &r.check == k)
+            .map(|r| r.command.as_str())
+    }
 }
 
 /// JSON has no struct keys: checks are a list of `{check, ...state}`.
@@ -194,6 +291,7 @@ fn report(
     now: Timestamp,
 ) -> Result<Report, StoreError> {
     let (checks, vs_base) = facts.outcome(now);
+    let checks_for_repro = checks.clone();
     let this = complete_by(facts.runs, now);
     let base = complete_by(facts.base_runs, now);
     let previous = store::previous_revision(all, rec);
@@ -241,6 +339,8 @@ fn report(
         reviews: facts.reviews.to_vec(),
         transitions,
         evaluated_at: now,
+        reproducers: reproducers(&rec.reference(), &checks_for_repro),
+        first_bad: first_bad_now(rec, &store.first_bad(&rec.reference())?, &checks_for_repro),
     })
 }
 
@@ -289,6 +389,18 @@ fn render_lines(rep: &Report) -> String {
             s.push_str(&format!(" ({})", f.detail));
         }
         s.push('\n');
+        if f.status != Status::Pass {
+            if let Some(c) = rep.reproducer(&f.check) {
+                s.push_str(&format!("    reproduce: {c}\n"));
+            }
+        }
+    }
+    for f in &rep.first_bad {
+        s.push_str(&format!("  first bad patch: {} ({}", f.name(), f.check));
+        if !f.how.is_empty() {
+            s.push_str(&format!("; {}", f.how));
+        }
+        s.push_str(")\n");
     }
     for (k, c) in rep.flaky() {
         s.push_str(&format!(
@@ -300,6 +412,9 @@ fn render_lines(rep: &Report) -> String {
             s.push_str(&format!(" (the failing attempt: {x})"));
         }
         s.push('\n');
+        if let Some(c) = rep.reproducer(k) {
+            s.push_str(&format!("    reproduce: {c}\n"));
+        }
     }
     if let Some(p) = &rep.previous {
         for f in &rep.vs_previous {

@@ -24,7 +24,7 @@ PAGES = [
     (f"/series/{SHIPPED}/v7", ["changes requested", "FAIL", "new failure"]),
     (f"/series/{LR}/v3", ["awaiting review", "left", "Measurements", "within noise"]),
     (f"/series/{LR}/v2", ["New warnings", "unused variable"]),
-    (f"/series/{LR}/v1", ["new failure", "regression"]),
+    (f"/series/{LR}/v1", ["new failure", "regression", f"reproduce: phyfarm repro {LR}/v1 "]),
     (f"/compare/{LR}/v1/{LR}/v3", ["Compare", "fixed", "Δ B vs A"]),
     ("/compare", ["Compare two revisions"]),
     ("/trends", ["Trends", "Mbit/s", "ms", LR]),

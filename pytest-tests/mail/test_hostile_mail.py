@@ -139,6 +139,7 @@ def test_a_mail_bomb_is_read_in_bounded_polls_and_never_run(watch, tmp_path):
     assert "200 mails (200 patches" in polls[2], polls[2]
     # Every series is missing 8/9 and 9/9: nothing ran, nothing was recorded.
     assert all("0 revisions run" in p for p in polls)
+    assert "1000 incomplete revisions, not run: [v1] spam 0 by bot0@spam.test" in polls[2]
     assert not watch.store.exists()
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import email
 import email.policy
 import email.utils
+import json
+import shlex
 import shutil
 import smtplib
 import subprocess
@@ -138,6 +140,8 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
         "selftest@lists.phyfarm.test",
     }
 
+    check_the_reports_reproducer(phyfarm, store, fault_text)
+
     # Nothing changed: no new mail.
     quiet = watch()
     assert "0 revisions run, 0 reports sent" in quiet.stderr, quiet.describe()
@@ -145,8 +149,9 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
 
     # Anyone may write pw-bot; only a maintainer's counts.
     subject = str(v8_cover["Subject"])
-    reply(lst, str(v8_cover["Message-ID"])[1:-1], subject,
-          "Drive By <someone@lists.phyfarm.test>", "Looks odd.\n\npw-bot: cr\n")  # fmt: skip
+    drive_by = "Drive By <someone@lists.phyfarm.test>"
+    text = f"Looks odd.\n\npw-bot: cr\nReviewed-by: {drive_by}\n"
+    reply(lst, str(v8_cover["Message-ID"])[1:-1], subject, drive_by, text)
     shown = watch()
     assert "not a maintainer: shown, not counted" in shown.stderr, shown.describe()
     assert len(reports(lst)) == 2
@@ -165,3 +170,58 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
     assert "rust-phy-enum-check/v8: changes-requested" in text, text
     assert "nack by Jakub Kicinski" in text and "pw-bot: cr" in text
     assert "pw-bot: cr from Drive By" in text  # shown, not counted
+    assert "Reviewed-by: Drive By <someone@lists.phyfarm.test>" in text
+
+
+def check_the_reports_reproducer(phyfarm, store: Path, text: str) -> None:
+    """The report's `phyfarm repro` line reruns the failing check from the
+    run's recorded artifacts, as typed; --shell then lands in its guest; a
+    kernel that changed since the run is refused."""
+    prefix = "    on the farm, from this run: "
+    lines = [ln[len(prefix) :] for ln in text.splitlines() if ln.startswith(prefix)]
+    assert lines, text
+    argv = shlex.split(lines[0])
+    assert argv[:2] == ["phyfarm", "repro"] and "--run" in argv, argv
+    assert argv[3].startswith("farm.link_flap["), argv
+    run_dir = Path(argv[argv.index("--run") + 1])
+    r = phyfarm(*argv[1:])
+    assert r.code == 1, r.describe()
+    assert "recorded: FAIL in call" in r.stdout and "now:      FAIL in call" in r.stdout, (
+        r.describe()
+    )
+    assert "emulator arguments: as recorded" in r.stdout, r.describe()
+    assert "files of the guest plan match the run's SHA-256" in r.stderr, r.describe()
+    out = Path(r.stdout.strip().splitlines()[-1])
+    assert out.parent == run_dir / "repro" and (out / "results.json").is_file()
+
+    # The verdict and the KCIDB export name the same command (the store
+    # finds the run folder without --run).
+    ref = argv[2]
+    v = phyfarm("--store", str(store), "verdict", ref)
+    assert f"    reproduce: {shlex.join(argv[:-2])}" in v.stdout, v.describe()
+    # The bisection's finding is in the store: the verdict shows it.
+    assert "  first bad patch: 2/2 net: phy: ax88796b_rust: skip the PHY reset" in v.stdout, (
+        v.describe()
+    )
+    k = phyfarm("--store", str(store), "export", "kcidb", ref)
+    tests = json.loads(k.stdout)["tests"]
+    assert any(t.get("misc", {}).get("reproducer") == shlex.join(argv[:-2]) for t in tests)
+
+    shell = subprocess.run(
+        [str(phyfarm.binary), "--store", str(store), *argv[1:-2], "--shell"],
+        input="cat /sys/bus/usb/drivers/asix/*/net/*/operstate\n:link down\n:bogus\n:quit\n",
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert shell.returncode == 1, shell.stderr[-3000:]
+    assert "phyfarm shell: rust kernel" in shell.stdout, shell.stdout[-3000:]
+    assert "rust# " in shell.stdout and "link down\n" in shell.stdout
+    assert "unknown command ':bogus'" in shell.stdout
+
+    kernel = run_dir / "rust" / "bzImage"
+    built = kernel.read_bytes()
+    kernel.write_bytes(built + b"rebuilt")
+    try:
+        r = phyfarm(*argv[1:])
+    finally:
+        kernel.write_bytes(built)
+    assert r.code == 2 and "bzImage changed since the run" in r.stderr, r.describe()

@@ -124,9 +124,20 @@ def test_the_report_answers_the_cover_letter_and_cleans_what_it_quotes():
              "log_excerpt": "no carrier\x1b[2J after 10s\nsecond line"},
             {"path": "boot.drivers", "variant": "rust", "status": "PASS"},
         ],
+        "reproducers": [
+            {"path": "farm.link_flap[plain]", "variant": "c", "command": "wrong variant"},
+            {"path": "farm.link_flap[plain]", "variant": "rust",
+             "command": "phyfarm repro s/v2 'farm.link_flap[plain]' --variant rust\x1b[2J"},
+        ],
     }  # fmt: skip
     text = body(verdict, "s/v2", ("s", "c@x", ["--variants", "rust"]), "http://d/series/s/v2",
-                ["pw-bot: cr from X: not a maintainer"], "2/3 net: broke it")  # fmt: skip
+                ["pw-bot: cr from X: not a maintainer"], "2/3 net: broke it",
+                "/var/lib/phyfarm/runs/s v2")  # fmt: skip
+    assert (
+        "    on the farm, from this run: phyfarm repro s/v2 'farm.link_flap[plain]' "
+        "--variant rust?[2J --run '/var/lib/phyfarm/runs/s v2'\n"
+    ) in text, text
+    assert "wrong variant" not in text
     assert "FAIL: farm.link_flap[plain] (rust)" in text and "\x1b" not in text
     assert "second line" not in text
     assert "first bad patch: 2/3 net: broke it" in text

@@ -33,6 +33,8 @@ pub struct CheckCell {
     pub runs: usize,
     /// The latest run that has it (its logs are on that run's page).
     pub run: Option<String>,
+    /// `phyfarm repro …` for a farm check that did not pass or is flaky.
+    pub reproduce: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -121,6 +123,8 @@ pub struct RevisionPage {
     pub runs: Vec<RunLink>,
     pub transitions: Vec<Transition>,
     pub reviews: Vec<Review>,
+    /// "2/5 subject (check (variant); how)", for each check that fails now.
+    pub first_bad: Vec<String>,
 }
 
 fn finding_map(findings: &[Finding]) -> BTreeMap<CheckKey, FindingKind> {
@@ -153,6 +157,7 @@ struct Cells<'a> {
     vs_base: BTreeMap<CheckKey, FindingKind>,
     vs_previous: BTreeMap<CheckKey, FindingKind>,
     last_run: BTreeMap<CheckKey, String>,
+    reproducers: BTreeMap<CheckKey, String>,
 }
 
 impl Cells<'_> {
@@ -175,6 +180,7 @@ impl Cells<'_> {
             excerpt: clean(&st.log_excerpt),
             runs: st.runs,
             run: self.last_run.get(key).cloned(),
+            reproduce: self.reproducers.get(key).map(|c| clean(c)),
         })
     }
 }
@@ -224,6 +230,11 @@ pub fn revision(
         vs_base: finding_map(&rep.vs_base),
         vs_previous: finding_map(&rep.vs_previous),
         last_run,
+        reproducers: rep
+            .reproducers
+            .iter()
+            .map(|r| (r.check.clone(), r.command.clone()))
+            .collect(),
     };
 
     let mut variants = BTreeSet::new();
@@ -388,5 +399,10 @@ pub fn revision(
             .collect(),
         transitions: clean_transitions(&rep.transitions),
         reviews: clean_reviews(&rep.reviews),
+        first_bad: rep
+            .first_bad
+            .iter()
+            .map(|f| clean(&format!("{} ({})", f.name(), f.check)))
+            .collect(),
     })
 }

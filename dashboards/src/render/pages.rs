@@ -199,6 +199,9 @@ fn cell(site: &Site, c: &Option<CheckCell>) -> Markup {
                 @let bad = matches!(c.status, phyfarm::results::Status::Fail | phyfarm::results::Status::Error);
                 div class={ "excerpt" @if bad { " bad" } } { (c.excerpt.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default()) }
             }
+            @if let Some(cmd) = &c.reproduce {
+                div.small.repro { "reproduce: " code { (cmd) } }
+            }
         }
     }
 }
@@ -240,6 +243,7 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
         div.verdict-box {
             div { (verdict(s.state)) @if let Some(since) = s.since { " since " (time(since)) } }
             div.reason { (s.reason) }
+            @for f in &p.first_bad { div.first-bad { "first bad patch: " (f) } }
             div { "72-hour clock: " (clock(s)) }
             div { (findings_summary(s)) }
         }

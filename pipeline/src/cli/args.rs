@@ -90,6 +90,12 @@ pub enum Command {
     /// print a summary table; exit 0 all passed, 1 a check failed, 2 the run
     /// could not be completed
     Test(TestArgs),
+    /// Run one farm check again on this machine, from a run's recorded
+    /// artifacts (kernels, guest image, emulator and guest plan, each
+    /// checked against its recorded SHA-256), nothing refetched or rebuilt;
+    /// --shell leaves you in the guest afterwards, the emulated adapter
+    /// attached. Exit 0 the check passed, 1 it failed, 2 it could not run
+    Repro(ReproArgs),
     /// Record a revision built and tested in parts (a CI matrix): its
     /// `phyfarm build --series` folders and its farm result folders, checked
     /// against the plan, with the verdict
@@ -377,6 +383,32 @@ pub struct TestArgs {
     /// Extra pytest arguments (after --)
     #[arg(last = true, value_name = "PYTEST_ARGS")]
     pub pytest_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReproArgs {
+    /// `<series-name>/v<N>`: the revision whose run to reproduce from
+    pub revision: crate::results::RevisionRef,
+    /// The check id as the verdict names it: `farm.link_flap[plain]`,
+    /// `farm.kunit.<case>`
+    pub check: String,
+    /// The variant to rerun it on [default: the one where it did not pass]
+    #[arg(long, value_enum)]
+    pub variant: Option<Variant>,
+    /// The run folder (`phyfarm run -o`) [default: where the store's
+    /// latest run of the revision keeps its logs, else <cache>/runs/<series>-v<N>]
+    #[arg(long, value_name = "DIR")]
+    pub run: Option<PathBuf>,
+    /// Rerun the check on the unpatched base's kernels of that run
+    #[arg(long)]
+    pub base: bool,
+    /// After the check, a shell in the guest (busybox sh, a line at a time)
+    /// with the adapter still attached; `:help` lists the emulator's commands
+    #[arg(long)]
+    pub shell: bool,
+    /// Output folder [default: <run>/repro/<time>]
+    #[arg(short = 'o', long = "out", value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -48,6 +48,71 @@ fn farm_workers(n: Option<u16>) -> usize {
     n.map_or_else(|| jobs(None) + 1, usize::from)
 }
 
+/// The run folders `phyfarm repro` looks in, best first: --run; the folder
+/// where the store's latest run of the revision keeps the check's logs
+/// (`<run>/farm/logs/<node>`); `<cache>/runs/<series>-v<N>`.
+fn repro_run_folders(
+    paths: &Paths,
+    store: &std::path::Path,
+    a: &ReproArgs,
+) -> Result<Vec<PathBuf>> {
+    if let Some(run) = &a.run {
+        if !run.is_dir() {
+            anyhow::bail!("--run {}: no such folder", run.display());
+        }
+        let results = crate::run_folder::RunFolder::new(run).results();
+        if results.is_file() {
+            let got = crate::results::Run::load(&results)?;
+            let rev = got.revision.as_ref().map(|r| r.reference().to_string());
+            if rev.as_deref() != Some(a.revision.to_string().as_str()) {
+                anyhow::bail!(
+                    "--run {}: its results are of {}, not {}",
+                    run.display(),
+                    rev.as_deref().unwrap_or("the unpatched base"),
+                    a.revision
+                );
+            }
+        }
+        return Ok(vec![run.clone()]);
+    }
+    let mut found = vec![];
+    let exists = crate::store::is_postgres(store) || store.is_file();
+    if exists {
+        let db = crate::store::open(store, crate::store::OpenMode::Existing)?;
+        let runs = match db.runs(&a.revision) {
+            Err(crate::store::StoreError::UnknownRevision(_)) => vec![],
+            r => r?,
+        };
+        for rec in runs.iter().rev() {
+            let logs = rec
+                .run
+                .tests
+                .iter()
+                .filter(|t| t.path == a.check)
+                .filter(|t| {
+                    a.variant
+                        .map_or(true, |v| t.variant.as_deref() == Some(v.name()))
+                })
+                .filter_map(|t| t.log_path.as_deref());
+            // <run>/farm/logs/<node>: three folders up.
+            for l in logs {
+                if let Some(run) = std::path::Path::new(l).ancestors().nth(3) {
+                    if run.is_dir() && !found.iter().any(|f: &PathBuf| f == run) {
+                        found.push(run.to_path_buf());
+                    }
+                }
+            }
+        }
+    }
+    let default = paths
+        .runs_dir()
+        .join(format!("{}-v{}", a.revision.series, a.revision.version));
+    if default.is_dir() && !found.contains(&default) && !a.revision.series.contains('/') {
+        found.push(default);
+    }
+    Ok(found)
+}
+
 pub fn run(cli: Cli) -> Result<Outcome> {
     if let Command::Results(cmd) = cli.command {
         return crate::cli::results::run(cli.global.store, cli.global.cache, cmd);
@@ -171,6 +236,26 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                     base_farms: a.base_farms,
                     checks: a.checks,
                     owners: a.owners_from.zip(a.author),
+                },
+            )
+        }
+        Command::Repro(a) => {
+            let store =
+                crate::store::store_path(cli.global.store.clone(), Some(paths.cache.clone()))?;
+            let mut folders = vec![];
+            for run in repro_run_folders(&paths, &store, &a)? {
+                let run = if a.base { run.join("base") } else { run };
+                folders.extend(crate::farm::repro::farm_folders(&run));
+            }
+            crate::farm::repro::repro(
+                &paths,
+                &crate::farm::repro::Options {
+                    revision: a.revision.to_string(),
+                    check: a.check,
+                    variant: a.variant,
+                    folders,
+                    shell: a.shell,
+                    out: a.out,
                 },
             )
         }

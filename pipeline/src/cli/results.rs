@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 
 use crate::export;
+use crate::results::review::FirstBad;
 use crate::results::{RevisionRef, Run, Timestamp};
 use crate::store::{store_path, OpenMode, Store};
 use crate::verdict::{self, Review, ReviewKind};
@@ -25,6 +26,11 @@ pub enum ResultsCommand {
     Verdict(VerdictArgs),
     /// Record an ack or a nack (an objection) of a revision
     Review(ReviewArgs),
+    /// Record the first bad patch a bisection found for a farm check of a
+    /// revision (`phyfarm watch` bisects; the verdict, exports and pages
+    /// show it). The same finding is recorded once.
+    #[command(name = "first-bad")]
+    FirstBad(FirstBadArgs),
     /// Export a revision's results as KCIDB v5 JSON, patchwork checks,
     /// JUnit XML or a markdown summary
     Export(ExportArgs),
@@ -81,6 +87,26 @@ pub struct ReviewArgs {
     /// Why, in one line
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
+    /// When [default: now]
+    #[arg(long, value_name = "TIME")]
+    pub now: Option<Timestamp>,
+}
+
+#[derive(Debug, Args)]
+pub struct FirstBadArgs {
+    /// `<series-name>/v<N>` or `<change-id>/v<N>`
+    pub revision: RevisionRef,
+    /// The farm check, as the verdict names it: `farm.link_flap[plain]`
+    pub check: String,
+    /// The variant it fails on
+    #[arg(long, value_enum)]
+    pub variant: Option<crate::config::Variant>,
+    /// The first patch that fails it, from 1
+    #[arg(long, value_name = "N")]
+    pub patch: u32,
+    /// How it was found, in one line: the steps and what each gave
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub how: String,
     /// When [default: now]
     #[arg(long, value_name = "TIME")]
     pub now: Option<Timestamp>,
@@ -304,6 +330,31 @@ pub fn run(store: Option<PathBuf>, cache: Option<PathBuf>, cmd: ResultsCommand) 
                 verdict::review(st.as_mut(), &r, &review)?;
             }
             let rep = verdict::advance(st.as_mut(), &r, now)?;
+            emit(&verdict::render_text(&rep), None)?;
+            Ok(Outcome::Pass)
+        }
+        ResultsCommand::FirstBad(a) => {
+            let mut st = open(&path, OpenMode::Existing)?;
+            let now = link_now(a.now);
+            let f = FirstBad {
+                at: now,
+                check: a.check,
+                variant: a.variant.map(|v| v.name().to_string()),
+                patch: a.patch,
+                how: a.how.split_whitespace().collect::<Vec<_>>().join(" "),
+            };
+            let recorded = st.first_bad(&a.revision)?.iter().any(|x| {
+                (&x.check, &x.variant, x.patch, &x.how) == (&f.check, &f.variant, f.patch, &f.how)
+            });
+            if recorded {
+                eprintln!(
+                    "I: {}: this first bad patch is already recorded; nothing was changed",
+                    a.revision
+                );
+            } else {
+                st.add_first_bad(&a.revision, &f)?;
+            }
+            let rep = verdict::advance(st.as_mut(), &a.revision, now)?;
             emit(&verdict::render_text(&rep), None)?;
             Ok(Outcome::Pass)
         }

@@ -81,6 +81,9 @@ fn checkout(b: &Bundle, run: &Run, patched: bool) -> Value {
         misc["revision"] = json!(info.reference().to_string());
         misc["change_id"] = json!(info.change_id);
         misc["verdict"] = json!(b.report.state);
+        if !b.report.first_bad.is_empty() {
+            misc["first_bad"] = json!(b.report.first_bad);
+        }
         misc["dashboard"] = json!(b.target_url());
     } else {
         // "" is meaningful: no patches applied.
@@ -133,7 +136,9 @@ fn builds(run: &Run, out: &mut Vec<Value>) {
     }
 }
 
-fn tests(run: &Run, out: &mut Vec<Value>) {
+/// The tests of a run; `revision` (None for the base run) adds the
+/// reproducer of each farm check that did not pass.
+fn tests(run: &Run, revision: Option<&str>, out: &mut Vec<Value>) {
     let env = json!({
         "comment": format!("QEMU ({}) with an emulated ASIX AX88772A", run.environment.accelerator),
         "misc": {"accelerator": run.environment.accelerator, "host": run.environment.host},
@@ -155,6 +160,13 @@ fn tests(run: &Run, out: &mut Vec<Value>) {
         let mut misc = json!({"attempt": t.attempt});
         if t.attempt > 0 {
             misc["retry_of"] = json!(id(&[&run.id, &t.path, variant, "0"]));
+        }
+        let passed = matches!(t.status, Status::Pass | Status::Skip | Status::Done);
+        if let Some(cmd) = revision
+            .filter(|_| !passed)
+            .and_then(|r| crate::results::repro_command(r, &t.path, t.variant.as_deref()))
+        {
+            misc["reproducer"] = json!(cmd);
         }
         m.insert("misc".into(), misc);
         out.push(Value::Object(m));
@@ -192,12 +204,13 @@ pub fn export(b: &Bundle) -> Value {
     if let Some(base) = &b.base {
         checkouts.push(checkout(b, base, false));
         builds(base, &mut all_builds);
-        tests(base, &mut all_tests);
+        tests(base, None, &mut all_tests);
     }
+    let rev = b.revision.info.reference().to_string();
     for run in &b.runs {
         checkouts.push(checkout(b, run, true));
         builds(run, &mut all_builds);
-        tests(run, &mut all_tests);
+        tests(run, Some(&rev), &mut all_tests);
     }
     json!({
         "version": {"major": 5, "minor": 3},

@@ -118,6 +118,13 @@ pub fn export(b: &Bundle) -> String {
                 s.push_str(&format!(": {}", escape(&x.detail)));
             }
             s.push('\n');
+            // A command with a backquote cannot be shown as code as is.
+            if let Some(c) = rep.reproducer(&x.check).filter(|c| !c.contains('`')) {
+                s.push_str(&format!(
+                    "  reproduce: `{}`\n",
+                    crate::progress::printable(c)
+                ));
+            }
         }
         s.push('\n');
     };
@@ -138,6 +145,13 @@ pub fn export(b: &Bundle) -> String {
         FindingKind::StillFailing,
     );
     section(&mut s, "Fixed", FindingKind::Fixed);
+    for f in &rep.first_bad {
+        s.push_str(&format!(
+            "**First bad patch** of `{}`: {}\n\n",
+            f.check.to_string().replace('`', "'"),
+            escape(&f.name())
+        ));
+    }
     let flaky: Vec<_> = rep.flaky().collect();
     if !flaky.is_empty() {
         s.push_str(&format!(
@@ -150,6 +164,12 @@ pub fn export(b: &Bundle) -> String {
                 k.to_string().replace('`', "'"),
                 escape(c.flaky.as_deref().unwrap_or(""))
             ));
+            if let Some(c) = rep.reproducer(k).filter(|c| !c.contains('`')) {
+                s.push_str(&format!(
+                    "  reproduce: `{}`\n",
+                    crate::progress::printable(c)
+                ));
+            }
         }
         s.push('\n');
     }

@@ -4,6 +4,7 @@
 
 pub mod contract;
 pub mod record;
+pub mod repro;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -209,7 +210,7 @@ pub fn summary_table(r: &Results) -> String {
     s
 }
 
-fn python(paths: &Paths) -> PathBuf {
+pub(crate) fn python(paths: &Paths) -> PathBuf {
     std::env::var_os("PHYFARM_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| paths.cache.join("venv").join("bin").join("python"))

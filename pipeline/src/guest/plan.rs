@@ -120,7 +120,18 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
         .iter()
         .map(|(v, k)| (v.as_str(), crate::config::absolute(k)))
         .collect();
+    // What the guests run, by content: `phyfarm repro` reruns a check only
+    // on these same files.
+    let mut sha256 = BTreeMap::new();
+    let image = Some(guest_image.clone());
+    let files = kernels
+        .values()
+        .chain([&image, &emulator, &exporter_kernel].into_iter().flatten());
+    for f in files {
+        sha256.insert(f.display().to_string(), file_sha256(f)?);
+    }
     Ok(serde_json::json!({
+        "sha256": sha256,
         "guest_image": guest_image,
         "accel": accel.name(),
         "accel_reason": reason,
@@ -132,6 +143,16 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
         "emulator": emulator,
         "exporter_kernel": exporter_kernel,
     }))
+}
+
+/// The hex SHA-256 of a file's content.
+pub fn file_sha256(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// `ax88772-emu` from the workspace's release build.

@@ -96,3 +96,22 @@ pub struct Review {
     pub kind: ReviewKind,
     pub reason: String,
 }
+
+/// The first patch of a revision that fails a farm check its base passes,
+/// found by running that check on the kernels of the revision's first k
+/// patches (`phyfarm watch` bisects and records it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirstBad {
+    pub at: Timestamp,
+    /// The farm check: `farm.link_flap[reset_after_link_loss]`.
+    pub check: String,
+    pub variant: Option<String>,
+    /// Its position in the series, from 1.
+    pub patch: u32,
+    /// How it was found: the steps and what each gave.
+    pub how: String,
+}
+
+/// The longest `how` a store keeps.
+pub const MAX_FIRST_BAD_HOW: usize = 2000;

@@ -34,7 +34,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use crate::results::review::{Review, Transition};
+use crate::results::review::{FirstBad, Review, Transition};
 use crate::results::{RevisionInfo, RevisionRef, Run, Timestamp};
 
 pub use pg_schema::{redact, PG_SCHEMA_VERSION};
@@ -96,6 +96,8 @@ pub enum StoreError {
     Unsupported { backend: String },
     #[error("run {id}: {reason}")]
     InvalidRun { id: String, reason: String },
+    #[error("{revision}: first bad patch refused: {why}")]
+    InvalidFirstBad { revision: RevisionRef, why: String },
     #[error("run {id} is already recorded; nothing was changed")]
     DuplicateRun { id: String },
     #[error("run {id} was never begun in this store")]
@@ -232,6 +234,10 @@ pub trait Store: Send {
     fn add_review(&mut self, r: &RevisionRef, review: &Review) -> Result<(), StoreError>;
     /// Reviews of a revision, oldest first.
     fn reviews(&self, r: &RevisionRef) -> Result<Vec<Review>, StoreError>;
+    /// Record the first bad patch a bisection found for a check.
+    fn add_first_bad(&mut self, r: &RevisionRef, f: &FirstBad) -> Result<(), StoreError>;
+    /// The first bad patches recorded for a revision, in order.
+    fn first_bad(&self, r: &RevisionRef) -> Result<Vec<FirstBad>, StoreError>;
 
     /// How much the store holds: its run events, transitions and reviews.
     /// The store only appends, and every write that commits appends one of

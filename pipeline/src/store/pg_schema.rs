@@ -22,7 +22,8 @@ use postgres::{Client, Config};
 use super::{OpenMode, StoreError};
 
 /// Migration i takes the store from version i to i + 1; append, never edit.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE phyfarm_schema (
     version  integer PRIMARY KEY,
     applied  bigint NOT NULL,
@@ -185,7 +186,22 @@ CREATE TRIGGER tests_append BEFORE INSERT ON tests
     FOR EACH ROW EXECUTE FUNCTION phyfarm_result_check();
 CREATE TRIGGER measurements_append BEFORE INSERT ON measurements
     FOR EACH ROW EXECUTE FUNCTION phyfarm_result_check();
-"#];
+"#,
+    r#"
+-- Version 2: the first bad patch of a revision for a farm check, as a
+-- bisection over its patches found it.
+CREATE TABLE first_bad (
+    revision_id bigint NOT NULL REFERENCES revisions(id),
+    seq         bigint NOT NULL,
+    at          bigint NOT NULL,
+    check_path  text NOT NULL,
+    variant     text,
+    patch       bigint NOT NULL,
+    how         text NOT NULL,
+    PRIMARY KEY (revision_id, seq)
+);
+"#,
+];
 
 /// The schema version this phyfarm writes.
 pub const PG_SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

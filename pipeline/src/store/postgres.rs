@@ -10,6 +10,9 @@
 //! The client speaks no TLS: use it on loopback, a unix socket, or through an
 //! ssh tunnel or a VPN to the database host.
 //!
+//! One file over 500 lines: every read query of the PostgreSQL backend, as
+//! the SQLite backend's, beside the connection and snapshot handling they use.
+//!
 //! This file holds the reads; `postgres/write.rs` the SQL the store's rules
 //! (`store/rules.rs`) write through.
 
@@ -25,7 +28,7 @@ use super::host::hostname;
 use super::pg_schema::{self, pg_err, LOCK_KEY, LOCK_SQL};
 use super::rules::{self, WriteTx};
 use super::{OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError};
-use crate::results::review::{Review, ReviewKind, State, Transition};
+use crate::results::review::{FirstBad, Review, ReviewKind, State, Transition};
 use crate::results::{
     BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
     TestResult, Timestamp, RESULTS_SCHEMA,
@@ -463,12 +466,40 @@ impl Store for PgStore {
         })
     }
 
+    fn add_first_bad(&mut self, r: &RevisionRef, f: &FirstBad) -> Result<(), StoreError> {
+        self.write_rules(|tx| rules::add_first_bad(tx, r, f))
+    }
+
+    fn first_bad(&self, r: &RevisionRef) -> Result<Vec<FirstBad>, StoreError> {
+        self.read(|tx, loc| {
+            let id = resolve(tx, r)?;
+            tx.query(
+                "SELECT at, check_path, variant, patch, how FROM first_bad
+                 WHERE revision_id = $1 ORDER BY seq",
+                &[&id],
+            )?
+            .iter()
+            .map(|row| {
+                let patch: i64 = row.get(3);
+                Ok(FirstBad {
+                    at: Timestamp(row.get(0)),
+                    check: row.get(1),
+                    variant: row.get(2),
+                    patch: u32::try_from(patch)
+                        .map_err(|_| bad(loc, "first bad patch", patch.to_string()))?,
+                    how: row.get(4),
+                })
+            })
+            .collect()
+        })
+    }
+
     fn generation(&self) -> Result<u64, StoreError> {
         self.read(|tx, _| {
             let n: i64 = tx
                 .query_one(
                     "SELECT (SELECT count(*) FROM run_events) + (SELECT count(*) FROM transitions)
-                          + (SELECT count(*) FROM reviews)",
+                          + (SELECT count(*) FROM reviews) + (SELECT count(*) FROM first_bad)",
                     &[],
                 )?
                 .get(0);

@@ -10,7 +10,7 @@
 
 use super::host::{hostname, pid_alive};
 use super::{RunState, StoreError, INTERRUPTED_PATH};
-use crate::results::review::{Review, Transition};
+use crate::results::review::{FirstBad, Review, Transition, MAX_FIRST_BAD_HOW};
 use crate::results::{
     BuildResult, Measurement, RevisionInfo, RevisionRef, Run, Status, TestResult, Timestamp,
 };
@@ -107,6 +107,11 @@ pub(super) trait WriteTx {
         t: &Transition,
     ) -> Result<(), StoreError>;
     fn review_count(&mut self, revision: i64) -> Result<i64, StoreError>;
+    fn first_bad_count(&mut self, revision: i64) -> Result<i64, StoreError>;
+    fn insert_first_bad(&mut self, revision: i64, seq: i64, f: &FirstBad)
+        -> Result<(), StoreError>;
+    /// How many patches a revision has.
+    fn patch_count(&mut self, revision: i64) -> Result<i64, StoreError>;
     fn insert_review(&mut self, revision: i64, seq: i64, review: &Review)
         -> Result<(), StoreError>;
 }
@@ -284,4 +289,35 @@ pub(super) fn add_review(
     not_back(r, review.at, last)?;
     let seq = tx.review_count(id)?;
     tx.insert_review(id, seq, review)
+}
+
+/// [`super::Store::add_first_bad`]: a farm check of the revision, a patch
+/// it has, a variant phyfarm builds, a bounded account of how.
+pub(super) fn add_first_bad(
+    tx: &mut dyn WriteTx,
+    r: &RevisionRef,
+    f: &FirstBad,
+) -> Result<(), StoreError> {
+    let id = tx.resolve(r)?;
+    let bad = |why: String| StoreError::InvalidFirstBad {
+        revision: r.clone(),
+        why,
+    };
+    if !f.check.starts_with("farm.") || !crate::results::valid_path(&f.check) {
+        return Err(bad(format!("{:?} is not a farm check id", f.check)));
+    }
+    if let Some(v) = &f.variant {
+        if !["rust", "c"].contains(&v.as_str()) {
+            return Err(bad(format!("variant {v:?} is not rust or c")));
+        }
+    }
+    let n = tx.patch_count(id)?;
+    if f.patch == 0 || i64::from(f.patch) > n {
+        return Err(bad(format!("patch {} is not one of its {n}", f.patch)));
+    }
+    if f.how.len() > MAX_FIRST_BAD_HOW {
+        return Err(bad(format!("how is longer than {MAX_FIRST_BAD_HOW} bytes")));
+    }
+    let seq = tx.first_bad_count(id)?;
+    tx.insert_first_bad(id, seq, f)
 }

@@ -225,6 +225,20 @@ BEGIN
     SELECT RAISE(ABORT, 'a run event must follow the run lifecycle: stored runs are append-only');
 END;
 "#,
+    r#"
+-- Version 3: the first bad patch of a revision for a farm check, as a
+-- bisection over its patches found it.
+CREATE TABLE first_bad (
+    revision_id INTEGER NOT NULL REFERENCES revisions(id),
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    check_path  TEXT NOT NULL,
+    variant     TEXT,
+    patch       INTEGER NOT NULL,
+    how         TEXT NOT NULL,
+    PRIMARY KEY (revision_id, seq)
+);
+"#,
 ];
 
 /// The tables a store records into. Each refuses UPDATE and DELETE (see
@@ -241,6 +255,7 @@ pub(super) const RECORDED_TABLES: &[&str] = &[
     "measurements",
     "transitions",
     "reviews",
+    "first_bad",
 ];
 
 /// The keys of each recorded table: an INSERT that matches a recorded row
@@ -258,6 +273,7 @@ const KEYS: &[(&str, &[&[&str]])] = &[
     ("measurements", &[&["run_id", "gen", "seq"]]),
     ("transitions", &[&["revision_id", "seq"]]),
     ("reviews", &[&["revision_id", "seq"]]),
+    ("first_bad", &[&["revision_id", "seq"]]),
 ];
 
 /// Triggers that make every recorded table refuse UPDATE, DELETE and an

@@ -19,7 +19,7 @@ use super::host::hostname;
 use super::rules::{self, WriteTx};
 use super::schema::{self, sql_err};
 use super::{OpenMode, PatchHit, RevisionRecord, RunRecord, RunState, Store, StoreError};
-use crate::results::review::{Review, ReviewKind, State, Transition};
+use crate::results::review::{FirstBad, Review, ReviewKind, State, Transition};
 use crate::results::{
     BuildResult, Environment, Measurement, PatchInfo, RevisionInfo, RevisionRef, Run, Status,
     TestResult, Timestamp, RESULTS_SCHEMA,
@@ -364,7 +364,7 @@ const RUNS_SQL: &str = "SELECT r.id, r.revision_id, r.base, e.environment, e.sta
         AND e.seq = (SELECT max(seq) FROM run_events x WHERE x.run_id = r.id)";
 
 /// See [`Store::generation`]; one statement, so one state of the file.
-const GENERATION_SQL: &str = "SELECT (SELECT count(*) FROM run_events) + (SELECT count(*) FROM transitions) + (SELECT count(*) FROM reviews)";
+const GENERATION_SQL: &str = "SELECT (SELECT count(*) FROM run_events) + (SELECT count(*) FROM transitions) + (SELECT count(*) FROM reviews) + (SELECT count(*) FROM first_bad)";
 
 /// The id of a revision by `<series-name>/v<N>` or `<change-id>/v<N>`.
 fn resolve(conn: &Connection, path: &Path, r: &RevisionRef) -> Result<i64, StoreError> {
@@ -550,6 +550,33 @@ impl Store for SqliteStore {
                 })
             })
             .collect()
+    }
+
+    fn add_first_bad(&mut self, r: &RevisionRef, f: &FirstBad) -> Result<(), StoreError> {
+        self.in_tx(|tx| rules::add_first_bad(tx, r, f))
+    }
+
+    fn first_bad(&self, r: &RevisionRef) -> Result<Vec<FirstBad>, StoreError> {
+        let id = self.resolve(r)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT at, check_path, variant, patch, how FROM first_bad WHERE revision_id = ?1 ORDER BY seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([id], |r| {
+                Ok(FirstBad {
+                    at: Timestamp(r.get(0)?),
+                    check: r.get(1)?,
+                    variant: r.get(2)?,
+                    patch: r.get(3)?,
+                    how: r.get(4)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))?;
+        Ok(rows)
     }
 
     fn generation(&self) -> Result<u64, StoreError> {

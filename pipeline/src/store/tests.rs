@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::results::fixture::{run, t, test};
-use crate::results::review::{ReviewKind, State};
+use crate::results::review::{FirstBad, ReviewKind, State};
 use crate::results::Status;
 
 mod backend;
@@ -496,6 +496,82 @@ fn generation_grows_with_every_commit(b: &dyn Backend) {
     grew(&*again, "another connection", false);
 }
 
+fn first_bad_patches_are_checked_and_kept_in_order(b: &dyn Backend) {
+    let mut st = b.open(OpenMode::Create).unwrap();
+    st.record_run(&run(
+        "r1",
+        Some(1),
+        "2026-06-01T00:00:00Z",
+        "2026-06-01T01:00:00Z",
+    ))
+    .unwrap();
+    let r: RevisionRef = "s/v1".parse().unwrap();
+    let good = FirstBad {
+        at: t("2026-06-01T02:00:00Z"),
+        check: "farm.link_flap[plain]".into(),
+        variant: Some("rust".into()),
+        patch: 1,
+        how: "1..1: FAIL FAIL".into(),
+    };
+    let before = st.generation().unwrap();
+    for (bad, why) in [
+        (
+            FirstBad {
+                patch: 2,
+                ..good.clone()
+            },
+            "patch 2 is not one of its 1",
+        ),
+        (
+            FirstBad {
+                patch: 0,
+                ..good.clone()
+            },
+            "patch 0",
+        ),
+        (
+            FirstBad {
+                check: "gate.clippy".into(),
+                ..good.clone()
+            },
+            "not a farm check id",
+        ),
+        (
+            FirstBad {
+                variant: Some("go".into()),
+                ..good.clone()
+            },
+            "not rust or c",
+        ),
+        (
+            FirstBad {
+                how: "x".repeat(5000),
+                ..good.clone()
+            },
+            "longer than",
+        ),
+    ] {
+        let e = st.add_first_bad(&r, &bad).unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+    }
+    let e = st
+        .add_first_bad(&"s/v9".parse().unwrap(), &good)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::UnknownRevision(_)), "{e}");
+    assert_eq!(st.generation().unwrap(), before, "a refusal writes nothing");
+    st.add_first_bad(&r, &good).unwrap();
+    let second = FirstBad {
+        variant: None,
+        how: String::new(),
+        ..good.clone()
+    };
+    st.add_first_bad(&r, &second).unwrap();
+    assert!(st.generation().unwrap() > before);
+    drop(st);
+    let st = b.open(OpenMode::Existing).unwrap();
+    assert_eq!(st.first_bad(&r).unwrap(), vec![good, second]);
+}
+
 /// Each body as a test per backend.
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
@@ -530,6 +606,7 @@ on_every_backend!(
     patches_are_found_by_message_id_or_patch_id,
     every_write_only_appends,
     generation_grows_with_every_commit,
+    first_bad_patches_are_checked_and_kept_in_order,
 );
 
 #[test]

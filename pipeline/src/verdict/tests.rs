@@ -571,3 +571,78 @@ fn the_text_verdict_shows_throughput_and_what_moved_not_every_timing() {
     assert!(!text.contains("e0 "), "no scientific notation: {text}");
     assert!(text.contains("(1 other measurements"), "{text}");
 }
+
+/// A store with the base and s/v1, whose link-flap check FAILs on rust;
+/// `more` adds to v1's tests before it is recorded.
+fn with_a_failing_flap(more: Vec<crate::results::TestResult>) -> (tempfile::TempDir, SqliteStore) {
+    let (d, mut st) = store();
+    st.record_run(&base_run()).unwrap();
+    let mut v1 = run(
+        "v1",
+        Some(1),
+        "2026-06-02T00:00:00Z",
+        "2026-06-02T01:00:00Z",
+    );
+    let mut flap = test("farm.link_flap[plain]", Status::Fail);
+    flap.variant = Some("rust".into());
+    v1.tests.push(flap);
+    v1.tests.extend(more);
+    st.record_run(&v1).unwrap();
+    (d, st)
+}
+
+#[test]
+fn a_farm_check_that_did_not_pass_comes_with_its_reproducer() {
+    let mut probe = test("farm.probe", Status::Pass);
+    probe.variant = Some("rust".into());
+    let (_d, mut st) = with_a_failing_flap(vec![test("gate.clippy", Status::Fail), probe]);
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    let cmds: Vec<&str> = r.reproducers.iter().map(|x| x.command.as_str()).collect();
+    assert_eq!(
+        cmds,
+        ["phyfarm repro s/v1 'farm.link_flap[plain]' --variant rust"],
+        "farm checks only, and only those that did not pass"
+    );
+    let text = render_text(&r);
+    assert!(
+        text.contains(
+            "(rust) FAIL (no message and no log recorded)\n    reproduce: phyfarm repro s/v1 'farm.link_flap[plain]' --variant rust\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.matches("reproduce:").count(), 1, "{text}");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["reproducers"][0]["path"], "farm.link_flap[plain]");
+    assert_eq!(json["reproducers"][0]["variant"], "rust");
+}
+
+#[test]
+fn a_recorded_first_bad_patch_is_shown_while_its_check_fails() {
+    let (_d, mut st) = with_a_failing_flap(vec![]);
+    let found = crate::results::review::FirstBad {
+        at: t("2026-06-02T02:00:00Z"),
+        check: "farm.link_flap[plain]".into(),
+        variant: Some("rust".into()),
+        patch: 1,
+        how: "1..1: FAIL FAIL".into(),
+    };
+    st.add_first_bad(&rev("s/v1"), &found).unwrap();
+    // A finding for a check that does not fail now is not shown.
+    let stale = crate::results::review::FirstBad {
+        check: "farm.probe".into(),
+        ..found.clone()
+    };
+    st.add_first_bad(&rev("s/v1"), &stale).unwrap();
+    let r = advance(&mut st, &rev("s/v1"), t("2026-06-03T00:00:00Z")).unwrap();
+    assert_eq!(r.first_bad.len(), 1, "{:?}", r.first_bad);
+    let text = render_text(&r);
+    assert!(
+        text.contains(
+            "  first bad patch: 1/1 net: phy: a <b> & `c` | d (farm.link_flap[plain] (rust); 1..1: FAIL FAIL)\n"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["first_bad"][0]["patch"], 1);
+    assert_eq!(json["first_bad"][0]["path"], "farm.link_flap[plain]");
+}

@@ -10,7 +10,7 @@ use super::super::pg_schema::pg_err;
 use super::super::rules::{self, EventEnv, Results, WriteTx};
 use super::super::{RunState, StoreError};
 use super::{bad, resolve, InTx};
-use crate::results::review::{Review, Transition};
+use crate::results::review::{FirstBad, Review, Transition};
 use crate::results::{RevisionInfo, RevisionRef, Run, Timestamp};
 
 /// One PostgreSQL write transaction, holding the store's lock, as the
@@ -251,6 +251,49 @@ impl WriteTx for PgTx<'_, '_> {
              VALUES ($1, $2, $3, $4, $5)",
             &[&revision, &seq, &t.at.0, &t.state.name(), &t.reason],
         )
+    }
+
+    fn first_bad_count(&mut self, revision: i64) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT count(*) FROM first_bad WHERE revision_id = $1",
+                &[&revision],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn insert_first_bad(
+        &mut self,
+        revision: i64,
+        seq: i64,
+        f: &FirstBad,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO first_bad (revision_id, seq, at, check_path, variant, patch, how)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &revision,
+                &seq,
+                &f.at.0,
+                &f.check,
+                &f.variant,
+                &i64::from(f.patch),
+                &f.how,
+            ],
+        )
+    }
+
+    fn patch_count(&mut self, revision: i64) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT count(*) FROM patches WHERE revision_id = $1",
+                &[&revision],
+            )
+            .map_err(self.err())?
+            .get(0))
     }
 
     fn review_count(&mut self, revision: i64) -> Result<i64, StoreError> {

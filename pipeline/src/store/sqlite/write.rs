@@ -8,7 +8,7 @@ use super::super::rules::{self, EventEnv, Results, WriteTx};
 use super::super::schema::sql_err;
 use super::super::{RunState, StoreError};
 use super::resolve;
-use crate::results::review::{Review, Transition};
+use crate::results::review::{FirstBad, Review, Transition};
 use crate::results::{RevisionInfo, RevisionRef, Run, Timestamp};
 
 /// One SQLite write transaction, as the store's rules see it.
@@ -259,6 +259,41 @@ impl WriteTx for SqlTx<'_> {
             )
             .map_err(self.err())?;
         Ok(())
+    }
+
+    fn first_bad_count(&mut self, revision: i64) -> Result<i64, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT count(*) FROM first_bad WHERE revision_id = ?1",
+                [revision],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    fn insert_first_bad(
+        &mut self,
+        revision: i64,
+        seq: i64,
+        f: &FirstBad,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO first_bad (revision_id, seq, at, check_path, variant, patch, how) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![revision, seq, f.at.0, f.check, f.variant, f.patch, f.how],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn patch_count(&mut self, revision: i64) -> Result<i64, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT count(*) FROM patches WHERE revision_id = ?1",
+                [revision],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
     }
 
     fn review_count(&mut self, revision: i64) -> Result<i64, StoreError> {

@@ -52,6 +52,17 @@ fn no_recorded_row_can_be_updated_or_deleted() {
         },
     )
     .unwrap();
+    st.add_first_bad(
+        &rev,
+        &crate::results::review::FirstBad {
+            at: t("2026-06-01T03:00:00Z"),
+            check: "farm.probe".into(),
+            variant: Some("rust".into()),
+            patch: 1,
+            how: "1..1: FAIL FAIL".into(),
+        },
+    )
+    .unwrap();
     drop(st);
     let before = b.rows();
     let c = Connection::open(b.path()).unwrap();
