@@ -29,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 V7 = REPO / "patches/rust-phy-enum-check/v7"
 V8 = REPO / "patches/rust-phy-enum-check/v8"
 FAULT = REPO / "patches/selftest/first-bad-patch/v1"
+# One patch, no cover letter: builds with one new rustc warning.
+WARNING = REPO / "patches/selftest/new-warning/v1"
 MAINTAINER = "Jakub Kicinski <kuba@lists.phyfarm.test>"
 RUN_ARGS = ["--variants", "rust", "--checks", "farm.link_flap"]
 
@@ -104,6 +106,7 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
     send_series(lst, V7, "FUJITA Tomonori <fujita.tomonori@lists.phyfarm.test>")
     send_series(lst, V8, "FUJITA Tomonori <fujita.tomonori@lists.phyfarm.test>")
     send_series(lst, FAULT, "Selftest <selftest@lists.phyfarm.test>")
+    send_series(lst, WARNING, "Selftest Two <warn@lists.phyfarm.test>")
     first = watch()
 
     # v7 was posted as 3/5 and 4/5 only: never run, and the log says why.
@@ -111,12 +114,12 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
         first.describe()
     )
     assert "rust-phy-enum-check/v7" not in first.stderr
-    assert "2 revisions run, 2 reports sent" in first.stderr, first.describe()
+    assert "3 revisions run, 3 reports sent" in first.stderr, first.describe()
 
     v8_cover = cover_of(lst, "[PATCH net-next v8 0/2]")
     fault_cover = cover_of(lst, "[PATCH net-next v1 0/2]")
     got = reports(lst)
-    assert len(got) == 2, [str(m["Subject"]) for m in got]
+    assert len(got) == 3, [str(m["Subject"]) for m in got]
     by_parent = {str(m["In-Reply-To"]): m for m in got}
     v8_report = by_parent[str(v8_cover["Message-ID"])]
     fault_report = by_parent[str(fault_cover["Message-ID"])]
@@ -138,14 +141,23 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
     assert {r for d in lst.others for r in d.rcpt} == {
         "fujita.tomonori@lists.phyfarm.test",
         "selftest@lists.phyfarm.test",
+        "warn@lists.phyfarm.test",
     }
+
+    # A series of one patch without a cover letter: the report answers the
+    # patch; a build check has no farm reproducer and no bisection.
+    warn_patch = cover_of(lst, "[PATCH net-next v1 1/1] net: phy: ax88796b_rust: read the link")
+    warn_text = by_parent[str(warn_patch["Message-ID"])].get_content()
+    assert ": changes-requested" in warn_text, warn_text
+    assert "FAIL: build.rust.patch1" in warn_text and "unused variable: `lpa`" in warn_text
+    assert "on the farm, from this run" not in warn_text and "first bad patch" not in warn_text
 
     check_the_reports_reproducer(phyfarm, store, fault_text)
 
     # Nothing changed: no new mail.
     quiet = watch()
     assert "0 revisions run, 0 reports sent" in quiet.stderr, quiet.describe()
-    assert len(reports(lst)) == 2
+    assert len(reports(lst)) == 3
 
     # Anyone may write pw-bot; only a maintainer's counts.
     subject = str(v8_cover["Subject"])
@@ -154,7 +166,7 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
     reply(lst, str(v8_cover["Message-ID"])[1:-1], subject, drive_by, text)
     shown = watch()
     assert "not a maintainer: shown, not counted" in shown.stderr, shown.describe()
-    assert len(reports(lst)) == 2
+    assert len(reports(lst)) == 3
     v = phyfarm("--store", str(store), "verdict", "rust-phy-enum-check/v8")
     assert v.code == 0 and "awaiting-review" in v.stdout, v.describe()
 
@@ -165,7 +177,7 @@ def test_series_by_mail_are_run_reported_threaded_and_a_maintainer_objects(
     v = phyfarm("--store", str(store), "verdict", "rust-phy-enum-check/v8")
     assert v.code == 1 and "changes-requested" in v.stdout, v.describe()
     got = reports(lst)
-    assert len(got) == 3, [str(m["Subject"]) for m in got]
+    assert len(got) == 4, [str(m["Subject"]) for m in got]
     text = got[-1].get_content()
     assert "rust-phy-enum-check/v8: changes-requested" in text, text
     assert "nack by Jakub Kicinski" in text and "pw-bot: cr" in text

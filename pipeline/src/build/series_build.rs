@@ -402,7 +402,12 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
             ApplyState::Applied => info(&format!("{label} applied")),
             ApplyState::AlreadyApplied => warn(&format!(
                 "{label} already applied: {}",
-                printable(&report.message)
+                printable(
+                    report
+                        .message
+                        .strip_prefix("already applied: ")
+                        .unwrap_or(&report.message)
+                )
             )),
             _ => {
                 for line in report.message.lines() {

@@ -22,7 +22,9 @@ pub const DEFAULT_DASHBOARD_URL: &str = "http://127.0.0.1:8080";
 pub enum ResultsCommand {
     /// Bring revision verdicts up to date (storing every state change) and
     /// print them: state, why, new failures, fixed, flaky, measurements.
-    /// Exit code 1 when the one revision asked for is changes-requested.
+    /// For the one revision asked for, the exit code is its state's: 0
+    /// awaiting review, ready to merge or superseded, 1 changes requested,
+    /// 2 testing (not complete)
     Verdict(VerdictArgs),
     /// Record an ack or a nack (an objection) of a revision
     Review(ReviewArgs),
