@@ -122,6 +122,12 @@ impl Status {
     pub fn incomplete(self) -> bool {
         matches!(self, Status::Error | Status::Miss)
     }
+
+    /// FAIL, ERROR or MISS: a check worth running again
+    /// ([`repro_command`]); PASS, DONE and SKIP are not.
+    pub fn not_passed(self) -> bool {
+        self == Status::Fail || self.incomplete()
+    }
 }
 
 impl fmt::Display for Status {

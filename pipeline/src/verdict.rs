@@ -155,9 +155,7 @@ pub struct Reproducer {
 pub fn reproducers(rev: &RevisionRef, checks: &Checks) -> Vec<Reproducer> {
     checks
         .iter()
-        .filter(|(_, c)| {
-            !matches!(c.status, Status::Pass | Status::Skip | Status::Done) || c.flaky.is_some()
-        })
+        .filter(|(_, c)| c.status.not_passed() || c.flaky.is_some())
         .filter_map(|(k, _)| {
             let command =
                 crate::results::repro_command(&rev.to_string(), &k.path, k.variant.as_deref())?;
@@ -291,7 +289,6 @@ fn report(
     now: Timestamp,
 ) -> Result<Report, StoreError> {
     let (checks, vs_base) = facts.outcome(now);
-    let checks_for_repro = checks.clone();
     let this = complete_by(facts.runs, now);
     let base = complete_by(facts.base_runs, now);
     let previous = store::previous_revision(all, rec);
@@ -312,6 +309,8 @@ fn report(
         .map(|t| facts.desired(now, Some((t.state, t.at))))
         .filter(|d| Some(d.0) == state && !d.1.is_empty())
         .map(|d| d.1);
+    let reproducers = reproducers(&rec.reference(), &checks);
+    let first_bad = first_bad_now(rec, &store.first_bad(&rec.reference())?, &checks);
     Ok(Report {
         revision: rec.reference(),
         change_id: rec.info.change_id.clone(),
@@ -339,8 +338,8 @@ fn report(
         reviews: facts.reviews.to_vec(),
         transitions,
         evaluated_at: now,
-        reproducers: reproducers(&rec.reference(), &checks_for_repro),
-        first_bad: first_bad_now(rec, &store.first_bad(&rec.reference())?, &checks_for_repro),
+        reproducers,
+        first_bad,
     })
 }
 

@@ -161,9 +161,8 @@ fn tests(run: &Run, revision: Option<&str>, out: &mut Vec<Value>) {
         if t.attempt > 0 {
             misc["retry_of"] = json!(id(&[&run.id, &t.path, variant, "0"]));
         }
-        let passed = matches!(t.status, Status::Pass | Status::Skip | Status::Done);
         if let Some(cmd) = revision
-            .filter(|_| !passed)
+            .filter(|_| t.status.not_passed())
             .and_then(|r| crate::results::repro_command(r, &t.path, t.variant.as_deref()))
         {
             misc["reproducer"] = json!(cmd);
