@@ -18,9 +18,20 @@
 # Usage:
 #   setup-runner.sh --url https://github.com/OWNER/REPO \
 #       --runner-tarball actions-runner-linux-x64-X.Y.Z.tar.gz --runner-sha256 HEX \
-#       [--token-file FILE] [--name NAME] [--dir DIR] [--trusted] \
-#       [--persistent [--no-service]]
+#       [--token-file FILE] [--name NAME] [--dir DIR] [--runner-group GROUP] \
+#       [--trusted] [--persistent [--no-service]]
 #   setup-runner.sh --check-only        prerequisites and `phyfarm doctor` only
+#
+# A trusted runner holds the store's credential, so nothing a pull request
+# runs may reach it, and labels alone do not ensure that (a workflow file
+# edited by a pull request picks any label). --trusted is therefore refused
+# unless it registers at an organisation (--url https://github.com/ORG) into
+# a runner group of its own (--runner-group, not "Default"), which the
+# organisation restricts to the default branch's verdicts.yml and
+# pull-request-report.yml (README.md beside this file). And a host keeps one
+# role for good: the role is written to /etc/phyfarm-runner-role
+# ($PHYFARM_RUNNER_ROLE_FILE) at registration, and a trusted runner is
+# refused on a host that has run pull-request jobs, and the other way round.
 #
 # The registration token is read from --token-file, else from the
 # environment variable RUNNER_TOKEN; it is handed to config.sh through its
@@ -37,6 +48,9 @@ url="" token_file="" name="$(hostname)-phyfarm" dir="/opt/actions-runner"
 tarball="" sha256="" ephemeral=1 service=1 check_only=0
 labels="phyfarm" # config.sh adds self-hosted, Linux and X64 itself
 runner_user="phyfarm-runner"
+group=""
+role="pull-request"
+role_file=${PHYFARM_RUNNER_ROLE_FILE:-/etc/phyfarm-runner-role}
 
 die() { echo "E: $*" >&2; exit 2; }
 info() { echo "I: $*" >&2; }
@@ -51,7 +65,8 @@ while [ $# -gt 0 ]; do
     --runner-sha256) sha256=${2:?}; shift 2 ;;
     --ephemeral) ephemeral=1; shift ;;
     --persistent) ephemeral=0; shift ;;
-    --trusted) labels="phyfarm-trusted"; shift ;;
+    --trusted) labels="phyfarm-trusted"; role="trusted"; shift ;;
+    --runner-group) group=${2:?}; shift 2 ;;
     --no-service) service=0; shift ;;
     --check-only) check_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -61,9 +76,31 @@ done
 
 [ "$(id -u)" -eq 0 ] || die "run as root: it installs packages and creates the runner's user"
 
-# 0. Policy first, before anything is installed: a persistent runner keeps
-# whatever one job leaves for the next, so a public repository (where
-# anyone can open a pull request) gets ephemeral runners only.
+# 0. Policy first, before anything is installed. A trusted runner is reached
+# only through an organisation's runner group of its own, on a host that
+# never ran pull-request jobs.
+if [ "$check_only" -eq 0 ]; then
+  if [ -e "$role_file" ]; then
+    had=$(head -c 64 "$role_file" | tr -dc 'a-z-')
+    [ "$had" = "$role" ] ||
+      die "this host already runs a ${had:-unknown} runner ($role_file): trusted and pull-request runners never share a host (a pull-request job could read what the trusted runner holds); use a fresh VM"
+  fi
+  if [ -n "$group" ]; then
+    [[ $group =~ ^[A-Za-z0-9][A-Za-z0-9\ _.-]{0,63}$ ]] || die "--runner-group: letters, digits, space . _ - only"
+  fi
+  if [ "$role" = "trusted" ]; then
+    [[ $url =~ ^https://github\.com/[A-Za-z0-9_.-]+$ ]] ||
+      die "--trusted needs --url https://github.com/ORG: runner groups are an organisation's, and a repository's own runners share one pool with its pull-request jobs, told apart by labels a pull request can change"
+    [ -n "$group" ] ||
+      die "--trusted needs --runner-group GROUP: a group of its own, restricted to the default branch's verdicts.yml and pull-request-report.yml (see README.md beside this script)"
+    [ "${group,,}" != "default" ] ||
+      die "--runner-group Default: every repository's jobs may use the Default group; give the trusted runners a group of their own"
+  fi
+fi
+
+# A persistent runner keeps whatever one job leaves for the next, so a
+# public repository (where anyone can open a pull request) gets ephemeral
+# runners only.
 if [ "$ephemeral" -eq 0 ] && [ "$check_only" -eq 0 ]; then
   [[ $url =~ ^https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$ ]] ||
     die "--persistent needs --url https://github.com/OWNER/REPO (a repository, to check it is private)"
@@ -144,10 +181,13 @@ else
   [ -n "$token" ] || die "no registration token: --token-file FILE or RUNNER_TOKEN"
   args=(--unattended --url "$url" --name "$name" --labels "$labels" --work _work --replace)
   [ "$ephemeral" -eq 1 ] && args+=(--ephemeral)
+  [ -n "$group" ] && args+=(--runnergroup "$group")
   info "registering runner $name at $url with labels self-hosted,linux,x64,$labels"
   (cd "$dir" && ACTIONS_RUNNER_INPUT_TOKEN="$token" runuser -u "$runner_user" -- ./config.sh "${args[@]}") ||
     die "runner registration failed (an expired token? they last one hour)"
   token=""
+  echo "$role" > "$role_file"
+  info "this host is a $role runner host from now on ($role_file)"
 fi
 
 # 7. Run it: an ephemeral runner is started by whatever provisions the VM

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .agent import Agent, CmdResult
+from .console import Console
 from .errors import AgentError, GuestDied, GuestTimeout, KernelFailure, SetupError
 from .procs import Proc
 
@@ -62,7 +63,12 @@ def find_splats(text: str) -> list[Splat]:
                         end += 1
                         break
                     end += 1
-                out.append(Splat(what, i + 1, "\n".join(lines[start:end]), msg))
+                excerpt = "\n".join(lines[start:end])
+                if "soft lockup" in line:
+                    # The looping task's most telling frame, as for a hang.
+                    frame = blocked_frame(excerpt)
+                    what = f"reported a soft lockup ({frame})" if frame else what
+                out.append(Splat(what, i + 1, excerpt, msg))
                 skip_until = end - 1
                 break
     return out
@@ -85,12 +91,17 @@ def phylib_error(s: Splat) -> int | None:
 #: Words of the frame a hang's evidence names, best first: the PHY drivers,
 #: the USB network driver, a PHY driver's callbacks, phylib.
 _HANG_FRAMES = ("ax88796b", "asix", "read_status", "phy_")
-#: A stack frame as the kernel prints it: ` func+0x1c/0x40` (`? ` unsure).
+#: A stack frame as the kernel prints it: ` func+0x1c/0x40` (`? ` unsure),
+#: or where the CPU was (`RIP: 0010:func+0x75/0xf3`, a soft lockup's).
 _FRAME = re.compile(
-    r"^\s*(?:\[[ 0-9.]+\]\s*)?(?:\? )?([A-Za-z_$][A-Za-z0-9_$.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
+    r"^\s*(?:\[[ 0-9.]+\]\s*)?(?:\? |RIP: [0-9a-f]{4}:)?"
+    r"([A-Za-z_$][A-Za-z0-9_$.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
 )
 #: A task line of sysrq's "Show Blocked State" (and the hung-task report).
-_TASK = re.compile(r"task:(\S+)\s+state:D|INFO: task (\S+) blocked for more than")
+_TASK = re.compile(
+    r"task:(\S+)\s+state:D|INFO: task (\S+) blocked for more than"
+    r"|soft lockup - CPU#\d+ stuck for \d+s! \[(\S+)\]"
+)
 #: Once a check's guest of one variant stopped answering in a farm run,
 #: the other checks of that variant in the same run give each command this
 #: long (not --guest-timeout): they still run and record what they see, but
@@ -147,7 +158,7 @@ def blocked_frame(log: str) -> str | None:
     for line in log.splitlines():
         t = _TASK.search(line)
         if t:
-            task = t.group(1) or t.group(2)
+            task = t.group(1) or t.group(2) or t.group(3)
             continue
         f = _FRAME.match(line)
         if f is None or task is None:
@@ -158,23 +169,36 @@ def blocked_frame(log: str) -> str | None:
     return found[min(found)] if found else None
 
 
-def hang_evidence(agent: Agent | None) -> str:
+def hang_evidence(agent: Agent | None, console: str = "") -> str:
     """What a kernel developer asks for when a guest stops answering: the
     blocked tasks' stacks (sysrq `w`, through the agent, which answers other
     requests while one is stuck) from the kernel log, its most telling frame
-    first. Bounded: one 5 s request, HANG_EVIDENCE_BYTES of log."""
+    first. When the agent cannot run it, the console's own reports stand in:
+    the hung-task detector's ("INFO: task ... blocked for more than 10
+    seconds", with its stack) or a soft lockup's. Bounded: one 5 s request,
+    HANG_EVIDENCE_BYTES of log."""
+    log, why = "", ""
     if agent is None:
-        return "no blocked-task report: no agent"
-    script = (
-        "if [ -w /proc/sysrq-trigger ]; then echo w > /proc/sysrq-trigger; "
-        "else echo 'no /proc/sysrq-trigger (CONFIG_MAGIC_SYSRQ)'; fi; dmesg"
-    )
-    try:
-        r = agent.run(["sh", "-c", script], timeout=5, max_output=1 << 20)
-    except (AgentError, GuestTimeout) as e:
-        return f"no blocked-task report: the agent could not run sysrq either ({e})"
-    log = r.stdout
+        why = "no agent"
+    else:
+        script = (
+            "if [ -w /proc/sysrq-trigger ]; then echo w > /proc/sysrq-trigger; "
+            "else echo 'no /proc/sysrq-trigger (CONFIG_MAGIC_SYSRQ)'; fi; dmesg"
+        )
+        try:
+            log = agent.run(["sh", "-c", script], timeout=5, max_output=1 << 20).stdout
+        except (AgentError, GuestTimeout) as e:
+            why = f"the agent could not run sysrq either ({e})"
     at = log.rfind("Show Blocked State")
+    if at < 0:
+        # No sysrq report: the kernel's own, from the console (the last one).
+        console = console[-(4 << 20) :]
+        at = max(console.rfind("INFO: task "), console.rfind("BUG: soft lockup"))
+        if at >= 0:
+            log = console[console.rfind("\n", 0, at) + 1 :]
+            at = 0
+    if not log:
+        return f"no blocked-task report: {why}"
     tail = log[at:] if at >= 0 else log[-HANG_EVIDENCE_BYTES:]
     tail = tail[:HANG_EVIDENCE_BYTES]
     frame = blocked_frame(tail)
@@ -405,9 +429,12 @@ class Guest:
     def __init__(self, cfg: GuestConfig, sockdir: Path, logdir: Path) -> None:
         self.cfg = cfg
         self.console = logdir / "console.log"
+        #: QEMU writes the console into a FIFO; what is kept of it (bounded)
+        #: is in `console`.
+        self._console = Console(self.console, sockdir / "console.fifo")
         self.agent_sock = sockdir / "agent.sock"
         self.logdir = logdir
-        self.argv = qemu_argv(cfg, self.console, self.agent_sock)
+        self.argv = qemu_argv(cfg, self._console.fifo, self.agent_sock)
         self.proc: Proc | None = None
         self.agent: Agent | None = None
         self.boot_seconds: float | None = None
@@ -433,6 +460,7 @@ class Guest:
         if user is not None:
             share_with_qemu(self.agent_sock.parent, user.gid, peer_sockets(self.cfg))
         self.started = time.monotonic()
+        self._console.start()
         self.proc = Proc("qemu", self.argv, self.logdir / "qemu.log")
         self.agent = Agent(self.agent_sock, self.dead)
         try:
@@ -454,13 +482,12 @@ class Guest:
             self.agent.close()
         if self.proc is not None:
             self.proc.stop(grace=1.0)
+        self._console.stop()
 
     # -- console -------------------------------------------------------------
     def console_text(self) -> str:
-        try:
-            return self.console.read_text(errors="replace")
-        except OSError:
-            return ""
+        """The console as kept (see console.py: bounded)."""
+        return self._console.text()
 
     def splats(self) -> list[Splat]:
         """The console's problem reports, less those the check expects."""
@@ -478,7 +505,7 @@ class Guest:
             return KernelFailure(s[0].what, s[0].excerpt, str(self.console))
         if isinstance(e, GuestTimeout) and self.dead() is None and not self._hang_told:
             self._hang_told = True
-            evidence = hang_evidence(self.agent)
+            evidence = hang_evidence(self.agent, self.console_text())
             if self.on_hang is not None:
                 self.on_hang(evidence)
             cap = f" ({self.command_cap[1]})" if self.command_cap else ""

@@ -328,8 +328,14 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         msg = f"{status} in {rep.when}: {message(call.excinfo)}"
         farm = getattr(item, "_phyfarm_farm", None)
         broken = farm.exporter.failure() if farm is not None and farm.exporter else None
+        if broken is None and farm is not None and farm.emu is not None:
+            # The emulator is the farm's: a check that failed once it was
+            # gone saw the farm break, not the driver (whatever it asserted).
+            dead = farm.emu.dead()
+            broken = f"the emulator died during the check: {dead}" if dead else None
         if broken is not None:
-            # The exporter side broke under the check: not the driver's fault.
+            # The exporter side or the emulator broke under the check: not
+            # the driver's fault.
             status = "ERROR"
             msg = f"ERROR in {rep.when}: {broken}\nthe check saw: {message(call.excinfo)}"
         if farm is not None:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -650,3 +651,72 @@ def test_the_repro_shell_runs_lines_in_the_guest_and_colon_commands_on_the_emula
         "never after :quit"
     )
     assert shell.repl(f, io.StringIO(""), io.StringIO()) == 0, "end of input leaves"
+
+
+def test_a_flooded_console_keeps_its_head_and_tail_and_says_what_it_left_out(tmp_path, monkeypatch):
+    """A guest printing far more than the log keeps: the log holds the first
+    HEAD_BYTES and the last TAIL_BYTES with a line between them saying how
+    much was left out, on disk and as the harness reads it, and what a
+    writer put in the FIFO after the reader started is all accounted for."""
+    from phyfarm_farm import console as con
+
+    monkeypatch.setattr(con, "HEAD_BYTES", 4096)
+    monkeypatch.setattr(con, "TAIL_BYTES", 1024)
+    c = con.Console(tmp_path / "logs" / "console.log", tmp_path / "console.fifo")
+    c.start()
+    lines = [f"[{i:8d}] line {i}\n".encode() for i in range(20000)]
+    flood = b"".join(lines)
+    # The writer is another process, as QEMU is: it opens the FIFO by name.
+    subprocess.run(
+        [sys.executable, "-c", "import sys; open(sys.argv[1], 'wb').write(sys.stdin.buffer.read())"]
+        + [str(c.fifo)],
+        input=flood,
+        check=True,
+    )
+    # The writer is gone; what it left in the FIFO is read by the thread.
+    deadline = time.monotonic() + 10
+    while c.total < len(flood) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    live = c.text()
+    c.stop()
+    on_disk = c.path.read_bytes()
+    assert c.total == len(flood)
+    assert on_disk.startswith(flood[:4096]) and on_disk.endswith(flood[-1024:])
+    dropped = len(flood) - 4096 - 1024
+    note = f"{len(flood)} bytes on its console; {dropped} bytes after the first 4096 were not kept"
+    assert note in on_disk.decode(), on_disk[4096:4400]
+    assert len(on_disk) < 4096 + 1024 + 200
+    assert c.text() == on_disk.decode(errors="replace")
+    # Read while the guest runs, the console is the same bounded text.
+    assert live == on_disk.decode(errors="replace")
+    assert not c.fifo.exists(), "the FIFO outlived the guest"
+
+
+def test_a_quiet_console_is_kept_whole(tmp_path):
+    from phyfarm_farm.console import Console
+
+    c = Console(tmp_path / "console.log", tmp_path / "console.fifo")
+    c.start()
+    with open(c.fifo, "wb") as w:
+        w.write(b"[    0.000000] Linux version 6.12\n")
+    c.stop()
+    c.stop()  # twice: nothing more happens
+    assert c.path.read_text() == "[    0.000000] Linux version 6.12\n"
+
+
+def test_a_soft_lockup_names_the_function_the_cpu_is_stuck_in():
+    """A driver that spins with the PHY lock held stops the guest's only CPU:
+    no agent answers, and the kernel's soft-lockup report (a real one, from
+    the selftest case read-status-spins) is the evidence. Its RIP line is
+    where the CPU is, so it names the driver's function, not a caller."""
+    from phyfarm_farm.guest import find_splats, hang_evidence
+
+    text = (Path(__file__).parent / "fixtures/soft-lockup.console").read_text()
+    want = "kworker/0:2:21 in <ax88796b_rust::PhyAX88772A as kernel::net::phy::Driver>::read_status"
+    (s,) = find_splats("[   27.0] before\n" + text)
+    assert s.what == f"reported a soft lockup ({want})", s.what
+    assert "Call Trace:" in s.excerpt
+    # Without an agent, the console's report stands in for sysrq's.
+    ev = hang_evidence(None, "[   27.0] before\n" + text)
+    assert ev.startswith(f"blocked in {want}\n"), ev[:300]
+    assert hang_evidence(None, "[ 1.0] quiet\n") == "no blocked-task report: no agent"

@@ -141,3 +141,50 @@ def test_a_hung_guest_is_an_error_naming_the_timeout(farm_env, variant, request,
     assert classify(e, "call") == "ERROR"
     farm.guest.stop()
     assert not farm.guest.proc.alive(), "the hung guest was not killed"
+
+
+@pytest.mark.single_variant
+def test_a_guest_flooding_its_console_while_it_hangs_is_bounded_and_still_a_hang(
+    farm_env, variant, request, monkeypatch
+):
+    """A guest that prints as fast as it can, then stops answering: the
+    console log stays within its bounds (head, tail and a line saying what
+    was left out), the hang is still an ERROR naming the timeout, and its
+    evidence (asked for, bounded in time, and read from a console holding
+    no report) is bounded too."""
+    from phyfarm_farm import agent, console
+    from phyfarm_farm.errors import GuestTimeout
+    from phyfarm_farm.guest import HANG_EVIDENCE_BYTES
+    from phyfarm_farm.plugin import BootSpec, boot_farm
+    from phyfarm_farm.results import classify
+
+    monkeypatch.setattr(console, "HEAD_BYTES", 256 << 10)
+    monkeypatch.setattr(console, "TAIL_BYTES", 64 << 10)
+    farm = boot_farm(request, farm_env, variant, BootSpec(network=False, usb=False))
+    monkeypatch.setattr(agent, "SLACK", 1.0)
+    g = farm.guest
+    line = "phyfarm console flood 0123456789abcdef0123456789abcdef"
+    g.check(["sh", "-c", f"yes '{line}' > /dev/console 2>&1 &"])
+    want = 4 * ((256 + 64) << 10)
+    deadline = time.monotonic() + 120
+    while g._console.total < want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert g._console.total >= want, f"the guest printed only {g._console.total} bytes"
+    # The guest freezes mid-flood: nobody answers, not even for sysrq.
+    os.kill(g.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(GuestTimeout) as e:
+            g.run(["true"], timeout=2)
+    finally:
+        os.kill(g.proc.pid, signal.SIGCONT)
+    msg = str(e.value)
+    assert "within 3s (--guest-timeout 2s" in msg, msg[:500]
+    assert "no blocked-task report: the agent could not run sysrq either" in msg, msg[:500]
+    assert len(msg) < HANG_EVIDENCE_BYTES + 2048, len(msg)
+    assert classify(e, "call") == "ERROR"
+    g.stop()
+    kept = g.console.read_bytes()
+    assert len(kept) < (256 + 64 + 1) << 10, len(kept)
+    assert b"were not kept; the last 65536 follow]" in kept
+    assert line.encode() in kept[-4096:], kept[-200:]
+    assert b"Linux version" in kept[:4096], "the boot's start was not kept"

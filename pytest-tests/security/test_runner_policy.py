@@ -59,3 +59,52 @@ def test_runners_are_ephemeral_and_not_root_by_default():
     assert "RUNNER_ALLOW_RUNASROOT" not in text, "the runner never runs as root"
     assert 'runuser -u "$runner_user" -- ./config.sh' in text
     assert './svc.sh install "$runner_user"' in text
+
+
+def test_a_trusted_runner_needs_an_organisations_runner_group_of_its_own(tmp_path):
+    """Labels are no boundary (a pull request's workflow file picks any), so a
+    trusted runner registers only at an organisation, into a named group
+    that is not Default; each refusal comes before anything is installed."""
+    role = tmp_path / "role"
+    os.environ["PHYFARM_RUNNER_ROLE_FILE"] = str(role)
+    try:
+        p = run(tmp_path, None, "--trusted", "--url", "https://github.com/o/r")
+        assert p.returncode == 2, p.stderr
+        assert "--trusted needs --url https://github.com/ORG" in p.stderr
+        p = run(tmp_path, None, "--trusted", "--url", "https://github.com/o")
+        assert p.returncode == 2 and "--trusted needs --runner-group GROUP" in p.stderr
+        p = run(
+            tmp_path,
+            None,
+            "--trusted",
+            "--url",
+            "https://github.com/o",
+            "--runner-group",
+            "default",
+        )
+        assert p.returncode == 2 and "--runner-group Default" in p.stderr, p.stderr
+        p = run(tmp_path, None, "--runner-group", "a;rm -rf /", "--url", "https://github.com/o")
+        assert p.returncode == 2 and "--runner-group: letters" in p.stderr, p.stderr
+        assert "host prerequisites" not in p.stderr
+        assert not role.exists(), "a refused registration wrote the host's role"
+    finally:
+        del os.environ["PHYFARM_RUNNER_ROLE_FILE"]
+
+
+@pytest.mark.parametrize(("had", "args"), [("pull-request", ["--trusted"]), ("trusted", [])])
+def test_a_host_never_changes_role(tmp_path, had, args):
+    """A host that registered a pull-request runner never gets a trusted one
+    (a pull-request job there could have left anything behind), nor the
+    other way round (a trusted host holds the store's credential)."""
+    role = tmp_path / "role"
+    role.write_text(had + "\n")
+    os.environ["PHYFARM_RUNNER_ROLE_FILE"] = str(role)
+    try:
+        group = ["--runner-group", "phyfarm-trusted"]
+        p = run(tmp_path, None, *args, *group, "--url", "https://github.com/o")
+    finally:
+        del os.environ["PHYFARM_RUNNER_ROLE_FILE"]
+    assert p.returncode == 2, p.stderr
+    assert f"this host already runs a {had} runner ({role})" in p.stderr, p.stderr
+    assert "host prerequisites" not in p.stderr
+    assert role.read_text() == had + "\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import struct
 from pathlib import Path
 
@@ -282,3 +283,42 @@ def test_phy_new_state_fails_the_build_with_rustc_message(phyfarm, podman, v8_bu
     )
     gate = {g["name"]: g for g in b["gates"]}["enum-check"]
     assert gate["status"] == "FAIL" and needle in gate["message"], gate
+
+
+@pytest.mark.slow
+def test_a_broken_emulator_on_both_sides_is_an_error_never_the_revisions_fail(
+    phyfarm, podman, v8_build, tmp_path
+):
+    """The farm's own parts failing alike on the base and the revision (here
+    the emulator, killed a few seconds into every guest's life) leave the
+    revision `testing` with each check an ERROR that names the emulator: an
+    ERROR the base shares never becomes the revision's FAIL."""
+    real = REPO / "target/release/ax88772-emu"
+    assert real.is_file(), "the v8 run builds the emulator"
+    broken = tmp_path / "ax88772-emu"
+    broken.write_text(
+        "#!/bin/sh\n# ax88772-emu, killed 4 s after it starts.\n"
+        f'{shlex.quote(str(real))} "$@" &\npid=$!\nsleep 4\nkill -9 "$pid"\nwait "$pid"\n'
+    )
+    broken.chmod(0o755)
+    store = tmp_path / "store.sqlite"
+    out = tmp_path / "run"
+    args = ["--variants", "rust", "--checks", "farm.probe,farm.link_flap", "--no-kunit"]
+    r = phyfarm(
+        "--store", str(store), "run", str(SERIES / "v8"), *args,
+        "--no-gates", "--emulator", str(broken), "-o", str(out),
+    )  # fmt: skip
+    assert r.code == 2, r.describe()
+    assert "rust-phy-enum-check/v8: testing" in r.stdout, r.describe()
+    v = phyfarm("--store", str(store), "verdict", "rust-phy-enum-check/v8", "--json")
+    assert v.code == 2, v.describe()
+    report = json.loads(v.stdout)
+    assert report["state"] == "testing", report["reason"]
+    farm = [c for c in report["checks"] if c["path"].startswith("farm.")]
+    assert farm, report["checks"]
+    assert {c["status"] for c in farm} == {"ERROR"}, [(c["path"], c["status"]) for c in farm]
+    assert all("ax88772-emu" in c["log_excerpt"] for c in farm), [c["log_excerpt"] for c in farm]
+    # The base ran with the same broken emulator.
+    base = read_json(out / "results-base.json")
+    base_farm = [t for t in base["tests"] if t["path"].startswith("farm.")]
+    assert base_farm and {t["status"] for t in base_farm} == {"ERROR"}, base_farm

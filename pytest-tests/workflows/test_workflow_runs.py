@@ -75,9 +75,8 @@ class Origin:
         series = work / "patches" / SERIES
         series.mkdir(parents=True)
         manifest = (REPO / "patches" / SERIES / "series.toml").read_text()
-        manifest = manifest.replace(
-            'tree = "net-next"\n', f'tree = "net-next"\nowners = ["github:{MAINTAINER}"]\n', 1
-        )
+        assert "\nowners = []\n" in manifest, "the shipped series names its owners"
+        manifest = manifest.replace("\nowners = []\n", f'\nowners = ["github:{MAINTAINER}"]\n', 1)
         (series / "series.toml").write_text(manifest)
         shutil.copytree(REPO / "patches" / SERIES / "v7", series / "v7")
         git(work, "add", "-A")
@@ -506,6 +505,19 @@ def review(id_: int, login: str, role: str, commit: str, body: str) -> dict:
     }
 
 
+def pull(number: int, origin: Origin, closed: str | None = None, merged: bool = False) -> dict:
+    """A pull request as GET /repos/{owner}/{repo}/pulls lists it: open, or
+    closed at `closed` (merged or not)."""
+    return {
+        "number": number,
+        "base": {"sha": origin.main},
+        "state": "closed" if closed else "open",
+        "closed_at": closed,
+        "merged_at": closed if merged else None,
+        "user": {"login": MAINTAINER},
+    }
+
+
 def verdicts_run(fleet: Fleet, origin: Origin, run: str) -> dict:
     event: dict = {}
     ex = fleet.executor(
@@ -526,7 +538,7 @@ def test_a_maintainers_nack_on_a_force_pushed_commit_is_recorded_once(fleet, ori
     gh_stub(
         stubs,
         {
-            "repos/phyfarm/phyfarm/pulls?": [{"number": 1, "base": {"sha": origin.main}}],
+            "repos/phyfarm/phyfarm/pulls?": [pull(1, origin)],
             "repos/phyfarm/phyfarm/pulls/1/reviews": [
                 review(11, MAINTAINER, "MEMBER", origin.pr1_reviewed, "the enum check\tmisses"),
                 review(12, "passer-by", "NONE", origin.pr1, "I object too"),
@@ -544,12 +556,43 @@ def test_a_maintainers_nack_on_a_force_pushed_commit_is_recorded_once(fleet, ori
             assert job.conclusion == "success", job.text()
         assert fleet.verdict(f"{SERIES}/v8")["state"] == "changes-requested"
         # Reviews that cannot be read fail the job loudly.
-        gh_stub(
-            stubs, {"repos/phyfarm/phyfarm/pulls?": [{"number": 1, "base": {"sha": origin.main}}]}
-        )
+        gh_stub(stubs, {"repos/phyfarm/phyfarm/pulls?": [pull(1, origin)]})
         job = verdicts_run(fleet, origin, "verdicts-broken")["verdicts"]
         assert job.conclusion == "failure", job.text()
         assert "HTTP 502" in job.text()
+    finally:
+        for f in ("gh", "gh-responses.json"):
+            (stubs / f).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["closed", "merged"])
+def test_a_pull_request_closed_without_being_merged_withdraws_its_revision(fleet, origin, merged):
+    """A closed pull request's revision is withdrawn (an objection, recorded
+    once); a merged one's is not."""
+    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+    assert fleet.verdict(f"{SERIES}/v8")["state"] == "awaiting-review"
+    stubs = Path(fleet.env["PATH"].split(":")[0])
+    closed = "2026-12-05T10:00:00Z"
+    gh_stub(
+        stubs,
+        {
+            "repos/phyfarm/phyfarm/pulls?": [pull(1, origin, closed, merged)],
+            "repos/phyfarm/phyfarm/pulls/1/reviews": [],
+        },
+    )
+    try:
+        for attempt in ("first", "again"):
+            job = verdicts_run(fleet, origin, f"verdicts-{attempt}")["verdicts"]
+            assert job.conclusion == "success", job.text()
+            v = fleet.verdict(f"{SERIES}/v8")
+            nacks = [r for r in v["reviews"] if r["kind"] == "nack"]
+            if merged:
+                assert nacks == [] and v["state"] == "awaiting-review", (v["reviews"], job.text())
+                continue
+            assert [r["by"] for r in nacks] == [f"github:{MAINTAINER} (pull request #1)"], nacks
+            want = f"withdrawn: pull request #1 was closed at {closed} without being merged"
+            assert nacks[0]["reason"] == want, nacks
+            assert v["state"] == "changes-requested", v["reason"]
     finally:
         for f in ("gh", "gh-responses.json"):
             (stubs / f).unlink(missing_ok=True)

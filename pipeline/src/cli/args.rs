@@ -377,6 +377,10 @@ pub struct TestArgs {
     /// guest, exported by the real usbredirect) or forwarded:HOST:PORT (a usbredirect'ed adapter)
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<String>,
+    /// The ax88772-emu binary to serve the emulated adapter [default: built from
+    /// qemu-farm/ax88772 with `cargo build --release`]
+    #[arg(long, value_name = "PATH")]
+    pub emulator: Option<PathBuf>,
     /// Output folder for junit.xml, results.json and logs [default: <cache>/runs/test-...]
     #[arg(short = 'o', long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -506,6 +510,12 @@ pub struct RunArgs {
     /// the base's throughput is always measured again)
     #[arg(long)]
     pub fresh_base: bool,
+    /// The ax88772-emu binary to serve the emulated adapter, on the base and
+    /// the revision alike (the base's results are reused only from a run
+    /// with the same binary) [default: built from qemu-farm/ax88772 with
+    /// `cargo build --release`]
+    #[arg(long, value_name = "PATH")]
+    pub emulator: Option<PathBuf>,
     /// Link flaps per link-flap check
     #[arg(long, value_name = "N")]
     pub flaps: Option<u32>,

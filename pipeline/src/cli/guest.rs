@@ -70,22 +70,20 @@ pub(super) fn run(paths: &Paths, runtime: Runtime, cmd: GuestCommand) -> Result<
             } else {
                 let mut t = format!(
                     "guest image: {}\naccelerator: {} ({})\n",
-                    p["guest_image"].as_str().unwrap_or(""),
-                    p["accel"].as_str().unwrap_or(""),
-                    p["accel_reason"].as_str().unwrap_or("")
+                    p.guest_image.display(),
+                    p.accel.name(),
+                    p.accel_reason
                 );
-                for (v, k) in p["kernels"].as_object().into_iter().flatten() {
-                    t += &format!("kernel {v}: {}\n", k.as_str().unwrap_or(""));
+                for (v, k) in &p.kernels {
+                    t += &format!("kernel {v}: {}\n", k.display());
                 }
-                if let Some(e) = p["emulator"].as_str() {
-                    t += &format!("emulator: {e}\n");
+                if let Some(e) = &p.emulator {
+                    t += &format!("emulator: {}\n", e.display());
                 }
-                if let Some(e) = p["exporter_kernel"].as_str() {
-                    t += &format!("exporter kernel: {e}\n");
+                if let Some(e) = &p.exporter_kernel {
+                    t += &format!("exporter kernel: {}\n", e.display());
                 }
-                let machine: Vec<String> =
-                    serde_json::from_value(p["machine"]["argv"].clone()).unwrap_or_default();
-                t + &format!("machine: {}\n", shell_quote(&machine))
+                t + &format!("machine: {}\n", shell_quote(&p.machine.argv))
             };
             print_stdout(&text)?;
             Ok(Outcome::Pass)

@@ -34,6 +34,8 @@ pub struct TestOptions {
     pub guest_timeout: u64,
     pub flaps: Option<u32>,
     pub device: Option<String>,
+    /// The emulator binary instead of the workspace's release build.
+    pub emulator: Option<PathBuf>,
     pub out: Option<PathBuf>,
     pub pytest_args: Vec<String>,
     /// Where the guest plan's build steps run (the boot initramfs).
@@ -54,6 +56,7 @@ impl TestOptions {
             guest_timeout: 120,
             flaps: None,
             device: None,
+            emulator: None,
             out: None,
             pytest_args: vec![],
             runtime,
@@ -292,11 +295,18 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     // Everything the guests need, resolved here once; the harness only runs
     // checks.
-    let plan = crate::guest::plan::resolve(
-        paths,
-        opts.runtime,
-        &crate::guest::plan::Request::for_farm(opts.accel, kernels.clone(), opts.device.as_deref()),
-    )?;
+    let mut req =
+        crate::guest::plan::Request::for_farm(opts.accel, kernels.clone(), opts.device.as_deref());
+    if let Some(e) = &opts.emulator {
+        if req.emulator == crate::guest::plan::Emulator::None {
+            bail!(
+                "--emulator: the adapter of --device {} is forwarded, not emulated",
+                opts.device.as_deref().unwrap_or_default()
+            );
+        }
+        req.emulator = crate::guest::plan::Emulator::Given(e.clone());
+    }
+    let plan = crate::guest::plan::resolve(paths, opts.runtime, &req)?;
     crate::guest::plan::write(&plan, &out.join(GUEST_PLAN))?;
     let argv = pytest_argv(paths, opts, &out);
     std::fs::write(
@@ -433,6 +443,7 @@ mod tests {
             guest_timeout: 60,
             flaps: None,
             device: None,
+            emulator: None,
             out: None,
             pytest_args: vec![],
             runtime: crate::sandbox::runtime::Runtime::Podman,

@@ -154,6 +154,10 @@ pub fn base_key(
         opts.workers
     );
     field("options", options.as_bytes());
+    // A given emulator is part of the farm as much as its sources are.
+    if let Some(e) = &opts.emulator {
+        field("emulator", &std::fs::read(e)?);
+    }
     let folder = crate::run_folder::RunFolder::new(artifacts);
     for k in ["rust", "c", crate::run_folder::KUNIT_DIR] {
         if !folder.kernel(k).is_file() {

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use crate::config::{Paths, Variant};
 use crate::farm::contract::FarmResults;
 use crate::farm::{TestRecord, GUEST_PLAN};
+use crate::guest::plan::GuestPlan;
 use crate::progress::{info, printable, warn};
 use crate::results::Status;
 use crate::Outcome;
@@ -160,30 +161,23 @@ pub fn valid_nodeid(n: &str) -> bool {
 
 /// Every file of the guest plan against its recorded SHA-256. Returns how
 /// many were checked; a plan from before hashes were recorded checks none.
-pub fn verify_plan(plan: &serde_json::Value, variant: &str) -> Result<usize> {
-    let Some(recorded) = plan.get("sha256").and_then(|h| h.as_object()) else {
-        return Ok(0);
+pub fn verify_plan(plan: &GuestPlan, variant: &str) -> Result<usize> {
+    let Some(files) = plan.files(variant) else {
+        bail!("the guest plan has no {variant} kernel");
     };
-    let mut files: Vec<&str> = vec![];
-    match plan["kernels"].get(variant).and_then(|k| k.as_str()) {
-        Some(k) => files.push(k),
-        None => bail!("the guest plan has no {variant} kernel"),
+    if plan.sha256.is_empty() {
+        return Ok(0);
     }
-    for key in ["guest_image", "emulator", "exporter_kernel"] {
-        if let Some(f) = plan[key].as_str() {
-            files.push(f);
-        }
-    }
-    for f in &files {
-        let Some(want) = recorded.get(*f).and_then(|h| h.as_str()) else {
+    for path in &files {
+        let f = path.display();
+        let Some(want) = plan.sha256.get(&f.to_string()) else {
             bail!("the guest plan records no SHA-256 for {f}");
         };
-        let path = Path::new(f);
         if !path.is_file() {
             bail!("{f} is gone since the run: run the series again (`phyfarm run`)");
         }
         let got = crate::guest::plan::file_sha256(path)?;
-        if got != want {
+        if &got != want {
             bail!(
                 "{f} changed since the run (sha256 {} recorded, {} now): run the series again (`phyfarm run`)",
                 &want[..want.len().min(12)],
@@ -243,9 +237,10 @@ pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
         );
     }
     let plan_path = found.folder.join(GUEST_PLAN);
-    let plan: serde_json::Value = crate::jsonfile::read_json(&plan_path)
-        .with_context(|| format!("cannot read {}", plan_path.display()))?
-        .with_context(|| format!("{} is missing", plan_path.display()))?;
+    if !plan_path.is_file() {
+        bail!("{} is missing", plan_path.display());
+    }
+    let plan = GuestPlan::read(&plan_path)?;
     match verify_plan(&plan, &variant)? {
         0 => warn(&format!(
             "{} records no SHA-256 (a run before phyfarm recorded them): its files are used as they are now",
@@ -289,7 +284,7 @@ pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
         "--artifacts".into(),
         artifacts.display().to_string(),
         "--accel".into(),
-        plan["accel"].as_str().unwrap_or("auto").to_string(),
+        plan.accel.name().to_string(),
         "-p".into(),
         "no:cacheprovider".into(),
     ];

@@ -154,7 +154,8 @@ pub fn sandbox_option(drops_root: bool) -> String {
 }
 
 /// The user QEMU drops to: its name and ids.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct QemuUser {
     pub name: String,
     pub uid: u32,
@@ -317,19 +318,41 @@ pub fn kernel_args(accel: Accel) -> String {
 /// firmware, the confinement inside it, the user QEMU drops to (the farm
 /// hands that user's group the sockets QEMU connects to), QEMU's version
 /// and its spelling of a reconnecting chardev.
-pub fn machine_description(accel: Accel) -> serde_json::Value {
+pub fn machine_description(accel: Accel) -> Machine {
     let version = QemuVersion::installed();
     let user = qemu_user();
-    serde_json::json!({
-        "argv": machine_template(accel),
-        "slots": MACHINE_SLOTS,
-        "kernel_args": kernel_args(accel),
-        "firmware": firmware().map_or_else(|| "seabios".to_string(), |p| p.display().to_string()),
-        "confinement": confinement_args(user.as_ref().map(|u| u.name.as_str()), version),
-        "qemu_user": user,
-        "qemu_version": [version.0, version.1],
-        "chardev_reconnect": version.chardev_reconnect(),
-    })
+    Machine {
+        argv: machine_template(accel),
+        slots: MACHINE_SLOTS.iter().map(|s| s.to_string()).collect(),
+        kernel_args: kernel_args(accel),
+        firmware: firmware().map_or_else(|| "seabios".to_string(), |p| p.display().to_string()),
+        confinement: confinement_args(user.as_ref().map(|u| u.name.as_str()), version),
+        qemu_user: user,
+        qemu_version: [version.0, version.1],
+        chardev_reconnect: version.chardev_reconnect().to_string(),
+    }
+}
+
+/// The machine as [`machine_description`] gives it (`phyfarm guest machine
+/// --json`, and the guest plan's `machine`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Machine {
+    /// The QEMU command line with its [`MACHINE_SLOTS`] left to fill.
+    pub argv: Vec<String>,
+    pub slots: Vec<String>,
+    /// The kernel command line every guest starts {append} with.
+    pub kernel_args: String,
+    /// The firmware's path, or "seabios" (QEMU's default).
+    pub firmware: String,
+    /// The confinement options at the end of `argv`.
+    pub confinement: Vec<String>,
+    /// The user QEMU drops to, or None.
+    pub qemu_user: Option<QemuUser>,
+    /// QEMU's version, major and minor.
+    pub qemu_version: [u32; 2],
+    /// This QEMU's spelling of a reconnecting chardev client.
+    pub chardev_reconnect: String,
 }
 
 /// The machine every phyfarm guest is, for `phyfarm boot` and (through

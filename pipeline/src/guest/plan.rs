@@ -79,8 +79,59 @@ impl Request {
     }
 }
 
-/// The plan as the harness reads it (`guest-plan.json`).
-pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_json::Value> {
+/// The guest plan (`guest-plan.json`), as phyfarm writes it, the harness
+/// reads it and `phyfarm repro` checks it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestPlan {
+    /// The SHA-256 of every file below, by path: `phyfarm repro` reruns a
+    /// check only on the same files. (Empty in plans written before they
+    /// were recorded.)
+    #[serde(default)]
+    pub sha256: BTreeMap<String, String>,
+    pub guest_image: PathBuf,
+    /// The accelerator the guests use, never `auto`.
+    pub accel: Accel,
+    /// Why: "requested", or what the KVM probe saw.
+    pub accel_reason: String,
+    pub machine: boot::Machine,
+    /// The kernels, by variant.
+    pub kernels: BTreeMap<String, PathBuf>,
+    /// The kernels' variants in the run's order (the first one is what a
+    /// single-variant check runs on).
+    pub variants: Vec<String>,
+    /// The emulator binary, or None for a forwarded adapter.
+    pub emulator: Option<PathBuf>,
+    /// The exporter guest's kernel (the forwarded-gadget path), or None.
+    pub exporter_kernel: Option<PathBuf>,
+}
+
+impl GuestPlan {
+    /// The plan of a run folder's `guest-plan.json`.
+    pub fn read(file: &Path) -> Result<GuestPlan> {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a guest plan phyfarm wrote", file.display()))
+    }
+
+    /// Every file the plan names for one variant's guests (its kernel, the
+    /// image, the emulator and the exporter kernel), or None without a
+    /// kernel of that variant.
+    pub fn files(&self, variant: &str) -> Option<Vec<&Path>> {
+        let kernel = self.kernels.get(variant)?;
+        let rest = [&self.emulator, &self.exporter_kernel];
+        Some(
+            [kernel.as_path(), self.guest_image.as_path()]
+                .into_iter()
+                .chain(rest.into_iter().flatten().map(|p| p.as_path()))
+                .collect(),
+        )
+    }
+}
+
+/// Resolve what the guests of a farm run need.
+pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<GuestPlan> {
     let guest_image = match &req.image {
         Some(p) if p.is_file() => crate::config::absolute(p),
         Some(p) => bail!("--image {}: no such file", p.display()),
@@ -115,10 +166,10 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
     } else {
         (req.accel, "requested".to_string())
     };
-    let kernels: BTreeMap<&str, PathBuf> = req
+    let kernels: BTreeMap<String, PathBuf> = req
         .kernels
         .iter()
-        .map(|(v, k)| (v.as_str(), crate::config::absolute(k)))
+        .map(|(v, k)| (v.clone(), crate::config::absolute(k)))
         .collect();
     // What the guests run, by content: `phyfarm repro` reruns a check only
     // on these same files.
@@ -130,19 +181,17 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<serde_j
     for f in files {
         sha256.insert(f.display().to_string(), file_sha256(f)?);
     }
-    Ok(serde_json::json!({
-        "sha256": sha256,
-        "guest_image": guest_image,
-        "accel": accel.name(),
-        "accel_reason": reason,
-        "machine": boot::machine_description(accel),
-        "kernels": kernels,
-        // The kernels' variants in the run's order (the first one is what a
-        // single-variant check runs on).
-        "variants": req.kernels.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
-        "emulator": emulator,
-        "exporter_kernel": exporter_kernel,
-    }))
+    Ok(GuestPlan {
+        sha256,
+        guest_image,
+        accel,
+        accel_reason: reason,
+        machine: boot::machine_description(accel),
+        kernels,
+        variants: req.kernels.iter().map(|(v, _)| v.clone()).collect(),
+        emulator,
+        exporter_kernel,
+    })
 }
 
 /// The hex SHA-256 of a file's content.
@@ -278,7 +327,7 @@ pub fn default_kernels(
 }
 
 /// Write the plan where the harness reads it.
-pub fn write(plan: &serde_json::Value, file: &Path) -> Result<()> {
+pub fn write(plan: &GuestPlan, file: &Path) -> Result<()> {
     std::fs::write(file, serde_json::to_string_pretty(plan)? + "\n")
         .with_context(|| format!("cannot write {}", file.display()))
 }

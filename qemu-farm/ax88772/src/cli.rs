@@ -13,6 +13,13 @@ use crate::nic::{DuplexMismatch, RxMode};
 use crate::phy::{LinkMode, Partner, Quirks};
 use crate::server::{OnDisconnect, UsbRole};
 
+/// Longest `--connect-timeout`, in seconds.
+pub const MAX_CONNECT_TIMEOUT_S: u64 = 3600;
+/// Deepest `--pace-burst-us`: one second of line rate.
+pub const MAX_PACE_BURST_US: u64 = 1_000_000;
+/// Most frames `--rx-queue` holds (about 6 MiB of full-size frames).
+pub const MAX_RX_QUEUE: usize = 4096;
+
 const ABOUT: &str = "Emulated ASIX AX88772A USB 2.0 Ethernet adapter for QEMU's usb-redir.";
 
 const LONG_ABOUT: &str = "\
@@ -72,8 +79,9 @@ pub struct Cli {
     /// What to do when QEMU goes away: exit, or wait for it again.
     #[arg(long, value_enum, default_value = "exit")]
     pub on_disconnect: OnDisconnect,
-    /// Give up if the first --connect does not succeed within this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    /// Give up if the first --connect does not succeed within this many
+    /// seconds (at most 3600).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=MAX_CONNECT_TIMEOUT_S))]
     pub connect_timeout: u64,
     /// Where Ethernet frames go (see above).
     #[arg(long, value_name = "SPEC", default_value = "none")]
@@ -96,7 +104,8 @@ pub struct Cli {
     /// MAC address (default: locally administered, derived from --seed).
     #[arg(long, value_name = "XX:XX:XX:XX:XX:XX", value_parser = parse_mac)]
     pub mac: Option<[u8; 6]>,
-    /// Seed for the default MAC address and the impairment generator.
+    /// Seed for the default MAC address and the impairment generator (any
+    /// 64-bit value).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Override the PHY identifier (hex), e.g. 0x003b1881.
@@ -109,8 +118,9 @@ pub struct Cli {
     #[arg(long)]
     pub unpaced: bool,
     /// Pacing burst in microseconds: how much of an idle wire's time frames
-    /// may catch up after a scheduling hiccup (0: strict line-rate spacing).
-    #[arg(long, value_name = "US", default_value_t = crate::device::DEFAULT_PACE_BURST.as_micros() as u64)]
+    /// may catch up after a scheduling hiccup (0: strict line-rate spacing;
+    /// at most 1000000).
+    #[arg(long, value_name = "US", default_value_t = crate::device::DEFAULT_PACE_BURST.as_micros() as u64, value_parser = clap::value_parser!(u64).range(0..=MAX_PACE_BURST_US))]
     pub pace_burst_us: u64,
     /// Autonegotiation time in milliseconds (0: instant; at most 10000).
     #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_AUTONEG.as_millis() as u64))]
@@ -147,14 +157,20 @@ pub struct Cli {
     /// Partner quirk: after link loss the link needs a PHY reset to return.
     #[arg(long)]
     pub quirk_reset_after_link_loss: bool,
+    /// The AX88772A's stale-LPA erratum: after a link loss, LPA keeps the
+    /// previous partner's abilities until a PHY reset (Linux's ax88796b
+    /// resets the PHY in link_change_notify for this). `false` makes LPA
+    /// follow every autonegotiation.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub quirk_stale_lpa: bool,
     /// Start with the cable unplugged at the far end.
     #[arg(long)]
     pub link_down: bool,
     /// Capture the wire to this pcap file from the start.
     #[arg(long, value_name = "PATH")]
     pub pcap: Option<PathBuf>,
-    /// Frames held between the wire and the guest.
-    #[arg(long, value_name = "N", default_value_t = 256)]
+    /// Frames held between the wire and the guest (1 to 4096).
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_RX_QUEUE as u64))]
     pub rx_queue: usize,
     /// How RX records fill bulk IN requests: `stream` packs them as the
     /// chip's FIFO does, splitting a record across transfers; `whole` sends
@@ -230,7 +246,7 @@ impl Cli {
         device.addr0 = self.phy_addr0;
         device.paced = !self.unpaced;
         device.pace_burst = Duration::from_micros(self.pace_burst_us);
-        device.rx_queue_frames = self.rx_queue.max(1);
+        device.rx_queue_frames = self.rx_queue;
         device.rx_mode = self.rx_mode;
         device.duplex_mismatch = self.duplex_mismatch;
         device.autoneg = Duration::from_millis(self.autoneg_ms);
@@ -250,6 +266,7 @@ impl Cli {
         device.quirks = Quirks {
             lpa_zero: self.quirk_lpa_zero,
             reset_after_link_loss: self.quirk_reset_after_link_loss,
+            stale_lpa: self.quirk_stale_lpa,
         };
         let role = match (self.connect, self.listen) {
             (Some(a), _) => UsbRole::Connect(a),
@@ -318,17 +335,47 @@ mod tests {
         assert_eq!(s.device.rx_mode, crate::nic::RxMode::Stream);
         for (opt, max) in [
             ("--autoneg-ms", 10_000),
+            ("--autoneg-jitter-ms", 10_000),
+            ("--mii-delay-us", 100_000),
             ("--phy-reset-ms", 500),
             ("--phy-powerup-ms", 1000),
+            ("--connect-timeout", MAX_CONNECT_TIMEOUT_S),
+            ("--pace-burst-us", MAX_PACE_BURST_US),
+            ("--rx-queue", MAX_RX_QUEUE as u64),
         ] {
             let ok = max.to_string();
             assert!(Cli::try_parse_from(base.iter().copied().chain([opt, ok.as_str()])).is_ok());
-            let bad = (max + 1).to_string();
-            let e = Cli::try_parse_from(base.iter().copied().chain([opt, bad.as_str()]))
+            for bad in [(max + 1).to_string(), u64::MAX.to_string(), "1e99".into()] {
+                let e = Cli::try_parse_from(base.iter().copied().chain([opt, bad.as_str()]))
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(opt), "{e}");
+            }
+            let e = Cli::try_parse_from(base.iter().copied().chain([opt, "99999999999"]))
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains(opt), "{e}");
+            assert!(e.contains(&format!("..={max}")), "the range is named: {e}");
         }
+        let e = Cli::try_parse_from(base.iter().copied().chain(["--rx-queue", "0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--rx-queue") && e.contains("1..=4096"), "{e}");
+    }
+
+    #[test]
+    fn the_stale_lpa_erratum_is_on_unless_turned_off() {
+        let base = ["ax88772-emu", "--connect", "h:1"];
+        let s = Cli::try_parse_from(base).unwrap().settings();
+        assert!(s.device.quirks.stale_lpa);
+        let off = base.iter().copied().chain(["--quirk-stale-lpa", "false"]);
+        assert!(
+            !Cli::try_parse_from(off)
+                .unwrap()
+                .settings()
+                .device
+                .quirks
+                .stale_lpa
+        );
     }
 
     #[test]

@@ -3,6 +3,24 @@
 //! Requests carry a `cmd` field; replies carry `"ok": true` plus data, or
 //! `"ok": false` and an `error` string. Unparsable input gets an error
 //! reply; it never stops the emulator.
+//!
+//! Every number a request carries is bounded; a value past its bound, or
+//! one that does not fit the field's type, is refused with the field named
+//! and nothing changes:
+//!
+//! | Field | Range |
+//! | --- | --- |
+//! | `partner.autoneg_ms`, `autoneg_jitter_ms` | 0..=10000 together |
+//! | `phy_timing.reset_ms` / `powerup_ms` | 0..=500 / 0..=1000 |
+//! | `impair.loss`, `corrupt` | [0, 1] |
+//! | `impair.latency_us`, `jitter_us` | 0..=100000 together |
+//! | `mdio_fault.regs` | at most 32 registers, each 0..=31 |
+//! | `mdio_fault.count` | 0..=1000000 |
+//! | `mdio_fault.probability` | [0, 1] |
+//! | `cable.distance_m` | [0, 1000] |
+//! | `pcap.snaplen` | 1..=65535 |
+//! | `usb.down_ms` | 0..=600000 |
+//! | `seed` (impair, mdio_fault) | any 64-bit value |
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -47,6 +65,7 @@ pub enum Request {
     Quirks {
         lpa_zero: Option<bool>,
         reset_after_link_loss: Option<bool>,
+        stale_lpa: Option<bool>,
     },
     /// Loss/corruption with a seed; `loss` and `corrupt` are probabilities.
     Impair {
@@ -109,6 +128,11 @@ pub enum UsbAction {
 
 /// Longest wire latency plus jitter accepted, in microseconds.
 pub const MAX_DELAY_US: u64 = 100_000;
+/// Farthest cable fault accepted, in metres (a 100BASE-TX segment is at
+/// most 100 m).
+pub const MAX_DISTANCE_M: f64 = 1000.0;
+/// Longest `usb replug` down time, in milliseconds.
+pub const MAX_DOWN_MS: u64 = 600_000;
 
 /// What control requests may touch besides the device: the socket
 /// addresses for `describe` and the directory captures are written in.
@@ -226,10 +250,33 @@ pub fn handle_line(dev: &mut Device, now: Instant, line: &str, env: &CtlEnv) -> 
         Err(e) => {
             let shown: String = line.chars().take(80).collect();
             log_w!("ctl: bad request refused ({e}): {shown:?}");
-            err(format!("bad request: {e}"))
+            match culprit(line) {
+                Some(f) => err(format!("bad request: field {f}: {e}")),
+                None => err(format!("bad request: {e}")),
+            }
         }
     };
     v.to_string()
+}
+
+/// The field of a request object that keeps it from parsing: the one
+/// whose removal lets the rest parse (every numeric field is optional).
+/// Only small objects are searched.
+fn culprit(line: &str) -> Option<String> {
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line.trim()) else {
+        return None;
+    };
+    if m.len() > 16 {
+        return None;
+    }
+    m.keys()
+        .filter(|k| k.as_str() != "cmd")
+        .find(|k| {
+            let mut rest = m.clone();
+            rest.remove(k.as_str());
+            serde_json::from_value::<Request>(Value::Object(rest)).is_ok()
+        })
+        .cloned()
 }
 
 fn prob(name: &str, p: Option<f64>, old: f64) -> Result<f64, Value> {
@@ -308,10 +355,12 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
         Request::Quirks {
             lpa_zero,
             reset_after_link_loss,
+            stale_lpa,
         } => {
             let mut q = dev.config().quirks;
             q.lpa_zero = lpa_zero.unwrap_or(q.lpa_zero);
             q.reset_after_link_loss = reset_after_link_loss.unwrap_or(q.reset_after_link_loss);
+            q.stale_lpa = stale_lpa.unwrap_or(q.stale_lpa);
             dev.set_quirks(now, q);
             ok(json!({ "quirks": q }))
         }
@@ -377,8 +426,10 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
         }
         Request::Cable { state, distance_m } => {
             let d = distance_m.unwrap_or(0.0);
-            if !d.is_finite() || d < 0.0 {
-                return err(format!("distance_m {d} must be a non-negative number"));
+            if !(0.0..=MAX_DISTANCE_M).contains(&d) {
+                return err(format!(
+                    "distance_m {d} must be a number in [0, {MAX_DISTANCE_M}]"
+                ));
             }
             dev.phy_mut().set_time(now);
             dev.phy_mut().set_cable(Cable {
@@ -461,8 +512,8 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
                 UsbAction::Unplug => dev.unplug(now),
                 UsbAction::Replug => {
                     let ms = down_ms.unwrap_or(500);
-                    if ms > 600_000 {
-                        return err("down_ms must be at most 600000");
+                    if ms > MAX_DOWN_MS {
+                        return err(format!("down_ms must be at most {MAX_DOWN_MS}"));
                     }
                     dev.replug(now, Duration::from_millis(ms));
                 }
@@ -576,6 +627,15 @@ mod tests {
     #[test]
     fn partner_and_quirks() {
         let (mut d, t) = dev();
+        let r = ask(&mut d, t, r#"{"cmd":"phy"}"#);
+        assert_eq!(r["phy"]["quirks"]["stale_lpa"], true, "on by default");
+        // A partner change without the driver's PHY reset leaves LPA as
+        // it was.
+        let r = ask(&mut d, t, r#"{"cmd":"partner","modes":["10full"]}"#);
+        assert_eq!(r["phy"]["speed"], 10);
+        assert_eq!(r["phy"]["lpa"], 0x45e1, "{r}");
+        let r = ask(&mut d, t, r#"{"cmd":"quirks","stale_lpa":false}"#);
+        assert_eq!(r["quirks"]["stale_lpa"], false);
         let r = ask(
             &mut d,
             t,
@@ -799,6 +859,123 @@ mod tests {
             10,
             "the refused request changed nothing"
         );
+    }
+
+    #[test]
+    fn every_number_past_its_bound_is_refused_with_the_field_and_range_named() {
+        let (mut d, t) = dev();
+        let before = ask(&mut d, t, r#"{"cmd":"describe"}"#);
+        // (request, the field, the bound the error names)
+        let big = [
+            (
+                r#"{"cmd":"partner","autoneg_ms":10001}"#,
+                "autoneg_ms",
+                "10000",
+            ),
+            (
+                r#"{"cmd":"partner","autoneg_jitter_ms":18446744073709551615}"#,
+                "autoneg_jitter_ms",
+                "10000",
+            ),
+            (
+                r#"{"cmd":"phy_timing","reset_ms":18446744073709551615}"#,
+                "reset_ms",
+                "500",
+            ),
+            (
+                r#"{"cmd":"phy_timing","powerup_ms":1001}"#,
+                "powerup_ms",
+                "1000",
+            ),
+            (r#"{"cmd":"impair","loss":1.5}"#, "loss", "[0, 1]"),
+            (r#"{"cmd":"impair","corrupt":-0.1}"#, "corrupt", "[0, 1]"),
+            (
+                r#"{"cmd":"impair","latency_us":18446744073709551615,"jitter_us":1}"#,
+                "latency_us",
+                "100000",
+            ),
+            (
+                r#"{"cmd":"impair","jitter_us":100001}"#,
+                "jitter_us",
+                "100000",
+            ),
+            (
+                r#"{"cmd":"mdio_fault","count":1000001}"#,
+                "count",
+                "1000000",
+            ),
+            (r#"{"cmd":"mdio_fault","regs":[32]}"#, "regs", "0..31"),
+            (
+                r#"{"cmd":"mdio_fault","probability":2}"#,
+                "probability",
+                "[0, 1]",
+            ),
+            (
+                r#"{"cmd":"cable","state":"open","distance_m":1000.5}"#,
+                "distance_m",
+                "1000",
+            ),
+            (
+                r#"{"cmd":"cable","state":"open","distance_m":1e308}"#,
+                "distance_m",
+                "1000",
+            ),
+            (
+                r#"{"cmd":"pcap","action":"start","path":"x","snaplen":65536}"#,
+                "snaplen",
+                "65535",
+            ),
+            (
+                r#"{"cmd":"usb","action":"replug","down_ms":600001}"#,
+                "down_ms",
+                "600000",
+            ),
+        ];
+        for (line, field, bound) in big {
+            let r = ask(&mut d, t, line);
+            assert_eq!(r["ok"], false, "{line}: {r}");
+            let e = r["error"].as_str().unwrap();
+            assert!(e.contains(field) && e.contains(bound), "{line}: {e}");
+        }
+        // Numbers the field's type cannot hold: refused by name, no panic.
+        let untyped = [
+            (
+                r#"{"cmd":"partner","autoneg_ms":18446744073709551616}"#,
+                "autoneg_ms",
+            ),
+            (
+                r#"{"cmd":"partner","autoneg_jitter_ms":-1}"#,
+                "autoneg_jitter_ms",
+            ),
+            (r#"{"cmd":"phy_timing","powerup_ms":1.5}"#, "powerup_ms"),
+            (r#"{"cmd":"impair","seed":1e30}"#, "seed"),
+            (r#"{"cmd":"mdio_fault","regs":[256]}"#, "regs"),
+            (r#"{"cmd":"mdio_fault","count":-5}"#, "count"),
+            (
+                r#"{"cmd":"pcap","action":"start","path":"x","snaplen":4294967296}"#,
+                "snaplen",
+            ),
+            (
+                r#"{"cmd":"usb","action":"replug","down_ms":1e30}"#,
+                "down_ms",
+            ),
+        ];
+        for (line, field) in untyped {
+            let r = ask(&mut d, t, line);
+            assert_eq!(r["ok"], false, "{line}: {r}");
+            let e = r["error"].as_str().unwrap();
+            assert!(e.contains(&format!("field {field}")), "{line}: {e}");
+        }
+        let after = ask(&mut d, t, r#"{"cmd":"describe"}"#);
+        assert_eq!(after, before, "nothing refused changed anything");
+        // The bounds themselves are taken.
+        for line in [
+            r#"{"cmd":"cable","state":"open","distance_m":1000}"#,
+            r#"{"cmd":"mdio_fault","count":1000000,"regs":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31]}"#,
+            r#"{"cmd":"usb","action":"replug","down_ms":600000}"#,
+        ] {
+            assert_eq!(ask(&mut d, t, line)["ok"], true, "{line}");
+        }
     }
 
     #[test]

@@ -16,13 +16,40 @@ const SET_CONFIGURATION: u8 = 9;
 const GET_INTERFACE: u8 = 10;
 const SET_INTERFACE: u8 = 11;
 
+/// `ENDPOINT_HALT`, the one endpoint feature (USB 2.0 §9.4.5).
+const ENDPOINT_HALT: u16 = 0;
+const DEVICE_REMOTE_WAKEUP: u16 = 1;
+
 /// USB-level state the standard requests touch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UsbState {
     pub configuration: u8,
     pub remote_wakeup: bool,
-    /// Halted endpoints, by usbredir endpoint index.
+    /// Halted endpoints, by usbredir endpoint index. A halted endpoint
+    /// answers every transfer with STALL until CLEAR_FEATURE(ENDPOINT_HALT),
+    /// SET_CONFIGURATION or SET_INTERFACE clears it. Data toggles are the
+    /// host controller's and usbredir's business (the model sees whole
+    /// transfers), so clearing a halt has nothing more to reset here.
     pub halted: u32,
+}
+
+impl UsbState {
+    /// Whether `endpoint` (an address with its direction bit) is halted.
+    pub fn is_halted(&self, endpoint: u8) -> bool {
+        self.halted & (1 << usbredir::ep_index(endpoint)) != 0
+    }
+}
+
+/// The endpoint an endpoint-recipient request names in wIndex: `Some(0)`
+/// for ep0 (either direction), the address of a data endpoint the device
+/// has, or `None` (no such endpoint: a request error).
+fn endpoint(index: u16) -> Option<u8> {
+    let ep = u8::try_from(index).ok()?;
+    match ep {
+        0x00 | 0x80 => Some(0),
+        descriptors::EP_INTERRUPT | descriptors::EP_BULK_IN | descriptors::EP_BULK_OUT => Some(ep),
+        _ => None,
+    }
 }
 
 pub struct Ep0<'a> {
@@ -65,20 +92,26 @@ impl Ep0<'_> {
                     s.length,
                 ),
                 1 => data(vec![0, 0], s.length),
-                2 => {
-                    let i = usbredir::ep_index(s.index as u8);
-                    data(vec![u8::from(self.usb.halted & (1 << i) != 0), 0], s.length)
-                }
+                2 => match endpoint(s.index) {
+                    Some(ep) => data(
+                        vec![u8::from(ep != 0 && self.usb.is_halted(ep)), 0],
+                        s.length,
+                    ),
+                    None => Reply::Stall,
+                },
                 _ => Reply::Stall,
             },
             (true, GET_CONFIGURATION) => data(vec![self.usb.configuration], s.length),
             (true, GET_INTERFACE) if s.index == 0 => data(vec![0], s.length),
             (false, CLEAR_FEATURE | SET_FEATURE) => {
                 let set = s.request == SET_FEATURE;
-                match (recipient, s.value) {
-                    (0, 1) => self.usb.remote_wakeup = set,
-                    (2, 0) => {
-                        let bit = 1 << usbredir::ep_index(s.index as u8);
+                match (recipient, s.value, endpoint(s.index)) {
+                    (0, DEVICE_REMOTE_WAKEUP, _) => self.usb.remote_wakeup = set,
+                    // ep0 has no halt feature: clearing it is a no-op,
+                    // setting it a request error.
+                    (2, ENDPOINT_HALT, Some(0)) if !set => {}
+                    (2, ENDPOINT_HALT, Some(ep)) if ep != 0 => {
+                        let bit = 1 << usbredir::ep_index(ep);
                         if set {
                             self.usb.halted |= bit;
                         } else {
@@ -92,9 +125,13 @@ impl Ep0<'_> {
             (false, SET_ADDRESS) => Reply::Done(0),
             (false, SET_CONFIGURATION) if s.value <= 1 => {
                 self.usb.configuration = s.value as u8;
+                self.usb.halted = 0;
                 Reply::Done(0)
             }
-            (false, SET_INTERFACE) if s.index == 0 && s.value == 0 => Reply::Done(0),
+            (false, SET_INTERFACE) if s.index == 0 && s.value == 0 => {
+                self.usb.halted = 0;
+                Reply::Done(0)
+            }
             _ => Reply::Stall,
         }
     }

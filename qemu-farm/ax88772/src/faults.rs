@@ -67,8 +67,19 @@ impl MdioRule {
         if !(0.0..=1.0).contains(&self.probability) {
             return Err(format!("probability {} is not in [0, 1]", self.probability));
         }
+        if self.regs.len() > MAX_REGS {
+            return Err(format!(
+                "regs lists {} registers; at most {MAX_REGS}",
+                self.regs.len()
+            ));
+        }
         if let Some(r) = self.regs.iter().find(|r| **r > 31) {
-            return Err(format!("register {r} is not a clause-22 register (0..31)"));
+            return Err(format!(
+                "regs: register {r} is not a clause-22 register (0..31)"
+            ));
+        }
+        if let Some(n) = self.count.filter(|n| *n > MAX_COUNT) {
+            return Err(format!("count {n} must be at most {MAX_COUNT}"));
         }
         Ok(())
     }
@@ -108,6 +119,10 @@ pub struct MdioFaults {
 
 /// Rules held at once.
 pub const MAX_RULES: usize = 32;
+/// Registers one rule lists, at most (each of the 32 once).
+pub const MAX_REGS: usize = 32;
+/// Largest `count` of one rule.
+pub const MAX_COUNT: u64 = 1_000_000;
 
 impl MdioFaults {
     pub fn add(&mut self, r: MdioRule) -> Result<(), String> {
@@ -193,6 +208,27 @@ mod tests {
         assert!(f
             .add(MdioRule::new(MdioOp::Both, vec![], None, 1.5, 0))
             .is_err());
+        let e = f
+            .add(MdioRule::new(
+                MdioOp::Both,
+                vec![],
+                Some(MAX_COUNT + 1),
+                1.0,
+                0,
+            ))
+            .unwrap_err();
+        assert_eq!(e, "count 1000001 must be at most 1000000");
+        let e = f
+            .add(MdioRule::new(
+                MdioOp::Both,
+                vec![1; MAX_REGS + 1],
+                None,
+                1.0,
+                0,
+            ))
+            .unwrap_err();
+        assert!(e.starts_with("regs"), "{e}");
+        assert!(f.rules.is_empty(), "nothing refused was kept");
         for _ in 0..MAX_RULES {
             f.add(MdioRule::new(MdioOp::Both, vec![], None, 1.0, 0))
                 .unwrap();

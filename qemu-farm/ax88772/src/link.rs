@@ -102,14 +102,32 @@ impl Partner {
     }
 }
 
-/// Partner behaviours some drivers work around.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Partner and PHY behaviours some drivers work around.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Quirks {
     /// LPA reads 0 even after autonegotiation completed.
     pub lpa_zero: bool,
     /// After the link is lost, it only comes back after a BMCR reset.
     pub reset_after_link_loss: bool,
+    /// The AX88772A erratum Linux's ax88796b works around in
+    /// `asix_ax88772a_link_change_notify` ("Reset PHY, otherwise MII_LPA
+    /// will provide outdated information"): once the link was lost on the
+    /// line, LPA (and EXPANSION's partner-negotiates bit) keep the partner
+    /// page of the link before, whatever the next autonegotiation
+    /// exchanged, until a PHY reset (BMCR.RESET, SW_RESET, a power-on).
+    /// On by default, as on the chip.
+    pub stale_lpa: bool,
+}
+
+impl Default for Quirks {
+    fn default() -> Self {
+        Quirks {
+            lpa_zero: false,
+            reset_after_link_loss: false,
+            stale_lpa: true,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,6 +203,13 @@ pub struct Link {
     /// ADVERTISE as autonegotiation last (re)started with it: a new
     /// advertisement takes effect only with a restart, as on the chip.
     adv_neg: u16,
+    /// The partner page LPA holds (0: none, as with parallel detection);
+    /// `None` until an autonegotiation completes after a PHY reset.
+    lpa_reg: Option<u16>,
+    /// The link was lost on the line since `lpa_reg` was taken: with
+    /// [`Quirks::stale_lpa`], no later autonegotiation refreshes it until
+    /// a PHY reset.
+    lpa_frozen: bool,
 }
 
 impl Link {
@@ -211,9 +236,28 @@ impl Link {
             link_ups: 0,
             link_downs: 0,
             adv_neg: adv::DEFAULT,
+            lpa_reg: None,
+            lpa_frozen: false,
         };
         l.last = l.compute(c);
         l
+    }
+
+    /// A PHY reset (BMCR.RESET, SW_RESET, power-on): LPA takes the partner
+    /// page of the next autonegotiation again.
+    pub(crate) fn phy_reset(&mut self) {
+        self.lpa_reg = None;
+        self.lpa_frozen = false;
+    }
+
+    /// The partner page the line delivers now (0: the partner does not
+    /// autonegotiate).
+    fn partner_page(&self) -> u16 {
+        if self.partner.autoneg {
+            self.partner.lpa()
+        } else {
+            0
+        }
     }
 
     /// Advance the clock (never backwards).
@@ -351,6 +395,20 @@ impl Link {
         let st = self.compute(c);
         let was_up = self.last.state == PhyState::LinkUp;
         let is_up = st.state == PhyState::LinkUp;
+        let retrained =
+            was_up && is_up && (st.mode != self.last.mode || st.pause != self.last.pause);
+        // A loss on the line (carrier, partner, renegotiation) of a link
+        // that autonegotiation brought up; not one the MAC or the driver
+        // caused by resetting, powering down or looping back the PHY.
+        let on_line = st.state != PhyState::Reset && c.bmcr & (bmcr::PDOWN | bmcr::LOOPBACK) == 0;
+        if (was_up && !is_up || retrained)
+            && on_line
+            && self.last.an_complete
+            && self.lpa_reg.is_some()
+            && self.quirks.stale_lpa
+        {
+            self.lpa_frozen = true;
+        }
         if was_up && !is_up {
             self.link_downs += 1;
             self.latched_down = true;
@@ -358,7 +416,7 @@ impl Link {
                 self.needs_reset = true;
             }
             log_i!("phy: link down ({:?})", st.state);
-        } else if was_up && is_up && (st.mode != self.last.mode || st.pause != self.last.pause) {
+        } else if retrained {
             // A PHY whose speed, duplex or pause changes under a live link
             // (forced mode written, partner changed) retrains: the link drops
             // and returns, and the latched-low status shows the drop. Linux
@@ -382,15 +440,34 @@ impl Link {
                 );
             }
         }
+        if st.an_complete && !(self.lpa_frozen && self.lpa_reg.is_some()) {
+            self.lpa_reg = Some(self.partner_page());
+        }
         self.last = st;
     }
 
-    /// LPA as the partner's last autonegotiation page shows it.
+    /// The partner page the PHY's registers report: the one taken at the
+    /// last autonegotiation, or with [`Quirks::stale_lpa`] after a link
+    /// loss, the one from before it until a PHY reset.
+    fn page_shown(&self) -> u16 {
+        match self.lpa_reg {
+            Some(v) if self.quirks.stale_lpa => v,
+            _ => self.partner_page(),
+        }
+    }
+
+    /// LPA as the register holds it: 0 until autonegotiation completes.
     pub fn lpa_value(&self) -> u16 {
-        if !self.last.an_complete || self.quirks.lpa_zero || !self.partner.autoneg {
+        if !self.last.an_complete || self.quirks.lpa_zero {
             return 0;
         }
-        self.partner.lpa()
+        self.page_shown()
+    }
+
+    /// EXPANSION bit 0: the partner page LPA holds came from a partner
+    /// that autonegotiates.
+    pub fn lp_autoneg_able(&self) -> bool {
+        self.last.an_complete && self.page_shown() != 0
     }
 
     pub fn state(&self) -> PhyState {

@@ -294,6 +294,7 @@ impl Phy {
         self.mmd_ctrl = 0;
         self.mmd_addr = 0;
         self.link.needs_reset = false;
+        self.link.phy_reset();
         // The latched-low link status starts over with the registers.
         self.link.latched_down = false;
         self.restart_aneg();
@@ -370,7 +371,7 @@ impl Phy {
             reg::PHYSID2 => self.id as u16,
             reg::ADVERTISE => self.adv,
             reg::LPA => self.lpa_value(),
-            reg::EXPANSION => u16::from(self.link.last.an_complete && self.link.partner.autoneg),
+            reg::EXPANSION => u16::from(self.link.lp_autoneg_able()),
             reg::MMD_CTRL => self.mmd_ctrl,
             reg::MMD_DATA if self.mmd_ctrl >> 14 == 0 => self.mmd_addr,
             reg::VENDOR_14 => self.vendor[0],

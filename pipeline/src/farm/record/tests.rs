@@ -35,6 +35,7 @@ fn opts() -> TestOptions {
         guest_timeout: 60,
         flaps: None,
         device: None,
+        emulator: None,
         out: None,
         pytest_args: vec![],
         runtime: crate::sandbox::runtime::Runtime::Podman,
@@ -109,6 +110,19 @@ fn the_base_key_changes_with_each_input_and_only_then() {
         k3,
         base_key(&paths, &o, &art, &plan).unwrap(),
         "more guests at once"
+    );
+    // A given emulator binary: its bytes, not only its path.
+    let emu = d.path().join("ax88772-emu");
+    std::fs::write(&emu, "emulator 1").unwrap();
+    let mut o = opts();
+    o.emulator = Some(emu.clone());
+    let k4 = base_key(&paths, &o, &art, &plan).unwrap();
+    assert_ne!(k3, k4, "a given emulator instead of the built one");
+    std::fs::write(&emu, "emulator 2").unwrap();
+    assert_ne!(
+        k4,
+        base_key(&paths, &o, &art, &plan).unwrap(),
+        "another binary at that path"
     );
 }
 

@@ -96,8 +96,11 @@ fn guests_are_sandboxed_and_drop_root() {
     let t = machine_template(Accel::Tcg);
     assert_eq!(t.iter().filter(|a| *a == "-sandbox").count(), 1, "{t:?}");
     let d = machine_description(Accel::Tcg);
-    let conf: Vec<String> = serde_json::from_value(d["confinement"].clone()).unwrap();
-    assert!(t.ends_with(&conf), "{t:?} does not end with {conf:?}");
+    assert!(
+        t.ends_with(&d.confinement),
+        "{t:?} does not end with {:?}",
+        d.confinement
+    );
 }
 
 #[test]
@@ -161,7 +164,7 @@ fn kernel_args_time_the_apic_only_under_tcg_and_start_the_guests_command_line() 
     let i = v.iter().position(|a| a == "-append").unwrap();
     assert_eq!(v[i + 1], format!("{tcg} phyfarm.mode=probe"));
     let d = machine_description(Accel::Kvm);
-    assert_eq!(d["kernel_args"], kvm);
+    assert_eq!(d.kernel_args, kvm);
 }
 
 #[test]
@@ -173,11 +176,11 @@ fn the_machine_boots_qboot_when_qemu_ships_it() {
         Some(f) => {
             assert!(f.ends_with("qboot.rom"), "{f:?}");
             assert_eq!(t[bios.unwrap() + 1], f.display().to_string());
-            assert_eq!(d["firmware"], f.display().to_string());
+            assert_eq!(d.firmware, f.display().to_string());
         }
         None => {
             assert_eq!(bios, None, "{t:?}");
-            assert_eq!(d["firmware"], "seabios");
+            assert_eq!(d.firmware, "seabios");
         }
     }
 }

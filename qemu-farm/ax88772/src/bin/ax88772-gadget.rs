@@ -49,8 +49,9 @@ struct Args {
     /// spliced into QEMU's session.
     #[arg(long, value_name = "NAME=HOST:PORT")]
     relay: Option<String>,
-    /// Give up if the model cannot be reached within this many seconds.
-    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    /// Give up if the model cannot be reached within this many seconds
+    /// (at most 3600).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=MAX_CONNECT_TIMEOUT_S))]
     connect_timeout: u64,
     /// The USB device controller to bind to [first in /sys/class/udc].
     #[arg(long, value_name = "NAME")]
@@ -61,13 +62,21 @@ struct Args {
     /// Where the FunctionFS instance is mounted.
     #[arg(long, default_value = "/dev/ffs-ax88772", value_name = "DIR")]
     ffs: PathBuf,
-    /// Bytes asked of the model per bulk IN transfer.
-    #[arg(long, default_value_t = 16384, value_name = "BYTES")]
+    /// Bytes asked of the model per bulk IN transfer (512 to 65536).
+    #[arg(long, default_value_t = 16384, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(512..=i64::from(MAX_BULK_IN_LEN)))]
     bulk_in_len: u32,
-    /// Transfers in flight per bulk endpoint.
-    #[arg(long, default_value_t = 16, value_name = "N")]
+    /// Transfers in flight per bulk endpoint (1 to 64).
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_IN_FLIGHT as u64))]
     in_flight: usize,
 }
+
+/// Longest `--connect-timeout`, in seconds.
+const MAX_CONNECT_TIMEOUT_S: u64 = 3600;
+/// Largest `--bulk-in-len`: the model fills at most 2048 bytes of each.
+const MAX_BULK_IN_LEN: u32 = 65536;
+/// Most `--in-flight` transfers per endpoint: the model holds 64 bulk OUTs
+/// waiting (`ax88772::device::OUT_WAIT_MAX`).
+const MAX_IN_FLIGHT: usize = 64;
 
 const NAME: &str = "ax88772";
 /// Bulk IN data gathered into one write, at most (plus one transfer).
@@ -494,51 +503,173 @@ fn write_attr(dir: &Path, name: &str, value: &str) -> Result<()> {
     std::fs::write(&p, value).with_context(|| format!("writing {value:?} to {}", p.display()))
 }
 
-fn mkdir(p: &Path) -> Result<()> {
-    std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))
+/// One thing the gadget's set-up made, and how it is taken back.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// A directory it created (rmdir; in configfs that removes the
+    /// attributes and default groups inside with it).
+    Dir(PathBuf),
+    /// A file a write created (a plain directory in configfs' place; real
+    /// configfs attributes exist with their directory and are not this).
+    File(PathBuf),
+    /// The function's link into its configuration.
+    Link(PathBuf),
+    /// The FunctionFS mount.
+    Mount(PathBuf),
+    /// The gadget bound to a controller (its `UDC` attribute).
+    Bound(PathBuf),
+}
+
+/// What the set-up has made so far: on a failure it is taken back, last
+/// first, so that a failed start leaves no half-built gadget behind.
+struct Made {
+    steps: Vec<Step>,
+    unmount: fn(&Path) -> std::io::Result<()>,
+}
+
+impl Default for Made {
+    fn default() -> Self {
+        Made {
+            steps: Vec::new(),
+            unmount: umount,
+        }
+    }
+}
+
+fn umount(p: &Path) -> std::io::Result<()> {
+    let c = CString::new(p.as_os_str().as_encoded_bytes())?;
+    // SAFETY: a valid NUL-terminated path. MNT_DETACH: the endpoint files
+    // still open go with the process.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Made {
+    /// Create `p` and whichever of its parents are missing, each recorded.
+    fn mkdir(&mut self, p: &Path) -> Result<()> {
+        let mut missing = Vec::new();
+        let mut q = Some(p);
+        while let Some(d) = q.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            missing.push(d.to_path_buf());
+            q = d.parent();
+        }
+        for d in missing.into_iter().rev() {
+            std::fs::create_dir(&d).with_context(|| format!("creating {}", d.display()))?;
+            self.steps.push(Step::Dir(d));
+        }
+        Ok(())
+    }
+
+    /// [`write_attr`], recording the file when the write created it.
+    fn write_attr(&mut self, dir: &Path, name: &str, value: &str) -> Result<()> {
+        let p = dir.join(name);
+        let existed = p.exists();
+        write_attr(dir, name, value)?;
+        if !existed {
+            self.steps.push(Step::File(p));
+        }
+        Ok(())
+    }
+
+    /// Take back everything, last first. Each failure is logged; the
+    /// caller reports the error that made it give up.
+    fn undo(&mut self) {
+        while let Some(step) = self.steps.pop() {
+            let (what, r) = match &step {
+                Step::Bound(g) => (
+                    "unbinding",
+                    write_attr(g, "UDC", "\n").map_err(|e| std::io::Error::other(format!("{e:#}"))),
+                ),
+                Step::Link(p) | Step::File(p) => ("removing", std::fs::remove_file(p)),
+                Step::Mount(p) => ("unmounting", (self.unmount)(p)),
+                Step::Dir(p) => ("removing", std::fs::remove_dir(p)),
+            };
+            if let Err(e) = r {
+                let p = match &step {
+                    Step::Bound(p)
+                    | Step::Link(p)
+                    | Step::File(p)
+                    | Step::Mount(p)
+                    | Step::Dir(p) => p,
+                };
+                say!("W: cleaning up: {what} {}: {e}", p.display());
+            }
+        }
+    }
 }
 
 /// The configfs gadget with its one FunctionFS function (not yet bound).
-fn make_gadget(args: &Args, id: &Identity) -> Result<PathBuf> {
+fn make_gadget(args: &Args, id: &Identity, made: &mut Made) -> Result<PathBuf> {
     let g = args.configfs.join("usb_gadget").join(NAME);
     if g.exists() {
         bail!("{} exists already: another gadget runs here", g.display());
     }
-    mkdir(&g)?;
+    made.mkdir(&g)?;
     let c = &id.connect;
-    write_attr(&g, "idVendor", &format!("{:#06x}", c.vendor_id))?;
-    write_attr(&g, "idProduct", &format!("{:#06x}", c.product_id))?;
-    write_attr(&g, "bcdDevice", &format!("{:#06x}", c.device_version_bcd))?;
-    write_attr(&g, "bcdUSB", "0x0200")?;
-    write_attr(&g, "bDeviceClass", &format!("{:#04x}", c.device_class))?;
-    write_attr(
+    made.write_attr(&g, "idVendor", &format!("{:#06x}", c.vendor_id))?;
+    made.write_attr(&g, "idProduct", &format!("{:#06x}", c.product_id))?;
+    made.write_attr(&g, "bcdDevice", &format!("{:#06x}", c.device_version_bcd))?;
+    made.write_attr(&g, "bcdUSB", "0x0200")?;
+    made.write_attr(&g, "bDeviceClass", &format!("{:#04x}", c.device_class))?;
+    made.write_attr(
         &g,
         "bDeviceSubClass",
         &format!("{:#04x}", c.device_subclass),
     )?;
-    write_attr(
+    made.write_attr(
         &g,
         "bDeviceProtocol",
         &format!("{:#04x}", c.device_protocol),
     )?;
     let st = g.join("strings/0x409");
-    mkdir(&st)?;
+    made.mkdir(&st)?;
     for (name, v) in ["manufacturer", "product", "serialnumber"]
         .iter()
         .zip(&id.strings)
     {
-        write_attr(&st, name, v)?;
+        made.write_attr(&st, name, v)?;
     }
     let cfg = g.join("configs/c.1");
-    mkdir(&cfg)?;
-    write_attr(&cfg, "MaxPower", "250")?;
+    made.mkdir(&cfg)?;
+    made.write_attr(&cfg, "MaxPower", "250")?;
     let f = g.join("functions").join(format!("ffs.{NAME}"));
-    mkdir(&f)?;
+    made.mkdir(&f)?;
     Ok(g)
 }
 
+/// The gadget built up to binding: configfs tree, FunctionFS mounted
+/// with `mount` on `args.ffs`, the function's descriptors written to its
+/// `ep0` (returned) and the function linked into its configuration.
+fn build(
+    args: &Args,
+    id: &Identity,
+    descriptors: &[u8],
+    made: &mut Made,
+    mount: impl FnOnce(&Path) -> Result<()>,
+) -> Result<(PathBuf, File)> {
+    let g = make_gadget(args, id, made)?;
+    made.mkdir(&args.ffs)?;
+    mount(&args.ffs)?;
+    made.steps.push(Step::Mount(args.ffs.clone()));
+    let mut ep0 = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(args.ffs.join("ep0"))
+        .context("opening ep0")?;
+    ep0.write_all(descriptors)
+        .context("writing the function's descriptors to ep0")?;
+    ep0.write_all(&gadget::strings())
+        .context("writing the function's strings to ep0")?;
+    let link_name = g.join("configs/c.1").join(format!("ffs.{NAME}"));
+    std::os::unix::fs::symlink(g.join("functions").join(format!("ffs.{NAME}")), &link_name)
+        .with_context(|| format!("linking {}", link_name.display()))?;
+    made.steps.push(Step::Link(link_name));
+    Ok((g, ep0))
+}
+
 fn mount_ffs(dir: &Path) -> Result<()> {
-    mkdir(dir)?;
     let src = CString::new(NAME).unwrap();
     let target = CString::new(dir.as_os_str().as_encoded_bytes()).context("mount point")?;
     let fstype = CString::new("functionfs").unwrap();
@@ -1061,21 +1192,28 @@ fn run(args: Args) -> Result<()> {
         Some(u) => u.clone(),
         None => first_udc(Path::new("/sys/class/udc"))?,
     };
-    let g = make_gadget(&args, &id)?;
-    mount_ffs(&args.ffs)?;
-    let mut ep0 = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(args.ffs.join("ep0"))
-        .context("opening ep0")?;
-    ep0.write_all(&descriptors)
-        .context("writing the function's descriptors to ep0")?;
-    ep0.write_all(&gadget::strings())
-        .context("writing the function's strings to ep0")?;
-    let link_name = g.join("configs/c.1").join(format!("ffs.{NAME}"));
-    std::os::unix::fs::symlink(g.join("functions").join(format!("ffs.{NAME}")), &link_name)
-        .with_context(|| format!("linking {}", link_name.display()))?;
+    let mut made = Made::default();
+    let r = build(&args, &id, &descriptors, &mut made, mount_ffs)
+        .and_then(|(g, ep0)| serve(&args, &eps, link, s, g, udc, ep0, &mut made));
+    if r.is_err() {
+        made.undo();
+    }
+    r
+}
 
+/// The bound gadget's life: endpoint pumps, the model's reader, ep0's
+/// events. `made` gets the binding.
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    args: &Args,
+    eps: &[Endpoint],
+    link: Link,
+    s: Conn,
+    g: PathBuf,
+    udc: String,
+    mut ep0: File,
+    made: &mut Made,
+) -> Result<()> {
     let sh = Arc::new(Shared {
         link,
         epoch: AtomicU64::new(0),
@@ -1109,6 +1247,7 @@ fn run(args: Args) -> Result<()> {
         std::thread::spawn(move || reader(s, sh, ctrl_tx, pumps));
     }
     sh.bind(true);
+    made.steps.push(Step::Bound(sh.gadget.clone()));
     if let Some(spec) = args.relay.clone() {
         std::thread::spawn(move || {
             if let Err(e) = relay(&spec) {

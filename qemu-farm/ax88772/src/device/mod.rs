@@ -280,6 +280,9 @@ impl Device {
             Message::SetConfiguration { configuration } => {
                 let status = if configuration <= 1 {
                     self.usb.configuration = configuration;
+                    // USB 2.0 §9.4.5: SET_CONFIGURATION clears every halt.
+                    let before = std::mem::take(&mut self.usb.halted);
+                    self.halts_changed(before);
                     self.send_infos();
                     Status::SUCCESS
                 } else {
@@ -307,6 +310,9 @@ impl Device {
             }
             Message::SetAltSetting { interface, alt } => {
                 if configured && interface == 0 && alt == 0 {
+                    // SET_INTERFACE clears the interface's halts too.
+                    let before = std::mem::take(&mut self.usb.halted);
+                    self.halts_changed(before);
                     self.send_infos();
                     let m = Message::AltSettingStatus {
                         status: Status::SUCCESS,
@@ -456,7 +462,7 @@ impl Device {
     pub fn poll(&mut self, now: Instant) -> Option<Instant> {
         self.tick(now);
         let now = self.nic.now();
-        if self.int_receiving && self.announced {
+        if self.int_receiving && self.announced && !self.usb.is_halted(EP_INTERRUPT) {
             let link = self.nic.phy.link_up();
             if self.reported_link != Some(link) {
                 self.reported_link = Some(link);

@@ -38,6 +38,9 @@ pub struct Counters {
     pub bulk_in_transfers: u64,
     pub bulk_cancelled: u64,
     pub bulk_refused: u64,
+    /// Transfers answered with STALL because their endpoint was halted
+    /// (SET_FEATURE(ENDPOINT_HALT)).
+    pub halted_stalls: u64,
     pub control_requests: u64,
     pub control_stalls: u64,
     pub mdio_faults_injected: u64,

@@ -1,10 +1,10 @@
 //! Transfers from QEMU: control requests on endpoint 0 (with injected MDIO
 //! faults), the bulk IN and OUT queues (their depths, completions), cancels.
 
-use usbredir::{BulkPacket, ControlPacket, Message, Status};
+use usbredir::{BulkPacket, ControlPacket, Message, SmallDataPacket, Status};
 
 use super::{Device, OutHead, BULK_IN_MAX, OUT_WAIT_BYTES_HIGH, OUT_WAIT_HIGH, OUT_WAIT_MAX};
-use crate::descriptors::{EP_BULK_IN, EP_BULK_OUT};
+use crate::descriptors::{EP_BULK_IN, EP_BULK_OUT, EP_INTERRUPT};
 use crate::ep0::Ep0;
 use crate::mac::{cmd, Effects, Reply, Setup};
 use crate::nic::RxData;
@@ -100,6 +100,7 @@ impl Device {
             length: cp.length,
         };
         let mut effects = Effects::default();
+        let halted_before = self.usb.halted;
         let reply = Ep0 {
             variant: self.cfg.variant,
             serial: &self.serial,
@@ -132,6 +133,47 @@ impl Device {
             }
         };
         self.send(id, Message::ControlPacket(reply));
+        self.halts_changed(halted_before);
+    }
+
+    /// Endpoints halted or cleared since `before` (a `UsbState::halted`):
+    /// transfers already waiting on a newly halted endpoint end with STALL,
+    /// in order, as the chip would answer their next token; a halted
+    /// interrupt endpoint says so once and reports nothing more until
+    /// cleared, then reports the link again.
+    pub(super) fn halts_changed(&mut self, before: u32) {
+        let bit = |ep| 1u32 << usbredir::ep_index(ep);
+        let now = self.usb.halted;
+        let set = now & !before;
+        if set & bit(EP_BULK_IN) != 0 {
+            for (id, _) in self.bulk_in.drain() {
+                self.stats.counters.halted_stalls += 1;
+                self.send(id, stall(EP_BULK_IN));
+            }
+        }
+        if set & bit(EP_BULK_OUT) != 0 {
+            // Transfers the chip took in already complete; those still
+            // waiting for room were never accepted.
+            for (id, _) in self.out_wait.drain() {
+                self.stats.counters.halted_stalls += 1;
+                self.send(id, stall(EP_BULK_OUT));
+            }
+            self.out_wait_bytes = 0;
+        }
+        if set & bit(EP_INTERRUPT) != 0 && self.int_receiving {
+            self.stats.counters.halted_stalls += 1;
+            let m = SmallDataPacket {
+                endpoint: EP_INTERRUPT,
+                status: Status::STALL,
+                ..Default::default()
+            };
+            let id = self.int_id;
+            self.int_id += 1;
+            self.send(id, Message::InterruptPacket(m));
+        }
+        if before & !now & bit(EP_INTERRUPT) != 0 {
+            self.reported_link = None;
+        }
     }
 
     pub(super) fn bulk(&mut self, id: u64, bp: BulkPacket, configured: bool) {
@@ -149,6 +191,15 @@ impl Device {
                 ..Default::default()
             };
             self.send(id, Message::BulkPacket(m));
+            return;
+        }
+        if self.usb.is_halted(bp.endpoint) {
+            log_t!(
+                "usb: bulk_packet ep {:#04x} id {id:#x}: endpoint halted, STALL",
+                bp.endpoint
+            );
+            self.stats.counters.halted_stalls += 1;
+            self.send(id, stall(bp.endpoint));
             return;
         }
         let pushed = if bp.endpoint == EP_BULK_IN {
@@ -267,6 +318,14 @@ impl Device {
             self.send(id, Message::BulkPacket(m));
         }
     }
+}
+
+fn stall(endpoint: u8) -> Message {
+    Message::BulkPacket(BulkPacket {
+        endpoint,
+        status: Status::STALL,
+        ..Default::default()
+    })
 }
 
 pub(super) fn cancelled(endpoint: u8) -> Message {
