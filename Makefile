@@ -54,6 +54,8 @@ unit: setup
 	PHYFARM_TEST_POSTGRES="$$url" $(PHASE) unit $(CARGO) test --workspace -- --skip verdict::properties
 	$(PHASE) unit/verdict-properties $(CARGO) test -p phyfarm --lib verdict::properties -- --nocapture
 
+# The workflow scenarios run against SQLite and a real PostgreSQL (started
+# here as for `make unit`, and stopped afterwards, pass or fail).
 # The farm's checks (pytest-tests/farm) run in the pipeline phase, through
 # the real path: the shipped v8 through `phyfarm run`, on the patched kernels
 # and on the base (the base's results reused when an earlier run had the same
@@ -65,7 +67,9 @@ unit: setup
 # exported by the real usbredirect) beside the emulated path; its guest plan
 # builds the exporter kernel as `make exporter-kernel` does (incrementally).
 integration: setup phyfarm
-	$(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/gadget
+	@url=$$(bash containers/postgres-test.sh start) || exit 2; \
+	trap 'bash containers/postgres-test.sh stop' EXIT; \
+	PHYFARM_TEST_POSTGRES="$$url" $(PHASE) integration/pipeline $(VENV)/bin/python -m pytest --durations=12 pytest-tests --ignore=pytest-tests/farm --ignore=pytest-tests/gadget
 	$(PHASE) integration/harness $(VENV)/bin/python -m pytest --durations=8 harness/tests -n 2
 	$(PHASE) integration/gadget $(VENV)/bin/python -m pytest pytest-tests/gadget -s
 	$(PHASE) integration/selftest $(PHYFARM) selftest --quick

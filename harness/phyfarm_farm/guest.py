@@ -181,15 +181,19 @@ def hang_evidence(agent: Agent | None, console: str = "") -> str:
     if agent is None:
         why = "no agent"
     else:
+        # Three snapshots 0.3 s apart: a task that sleeps for each MDIO read
+        # (the PHY state machine's worker in a polling loop) is blocked in
+        # most of them, running in some.
         script = (
-            "if [ -w /proc/sysrq-trigger ]; then echo w > /proc/sysrq-trigger; "
+            "if [ -w /proc/sysrq-trigger ]; then for i in 1 2 3; do "
+            "echo w > /proc/sysrq-trigger; sleep 0.3; done; "
             "else echo 'no /proc/sysrq-trigger (CONFIG_MAGIC_SYSRQ)'; fi; dmesg"
         )
         try:
             log = agent.run(["sh", "-c", script], timeout=5, max_output=1 << 20).stdout
         except (AgentError, GuestTimeout) as e:
             why = f"the agent could not run sysrq either ({e})"
-    at = log.rfind("Show Blocked State")
+    at = log.find("Show Blocked State")
     if at < 0:
         # No sysrq report: the kernel's own, from the console (the last one).
         console = console[-(4 << 20) :]
@@ -199,9 +203,9 @@ def hang_evidence(agent: Agent | None, console: str = "") -> str:
             at = 0
     if not log:
         return f"no blocked-task report: {why}"
-    tail = log[at:] if at >= 0 else log[-HANG_EVIDENCE_BYTES:]
-    tail = tail[:HANG_EVIDENCE_BYTES]
-    frame = blocked_frame(tail)
+    report = log[at:] if at >= 0 else log[-HANG_EVIDENCE_BYTES:]
+    frame = blocked_frame(report)
+    tail = report[:HANG_EVIDENCE_BYTES]
     head = f"blocked in {frame}" if frame else "blocked tasks: none named a driver frame"
     return f"{head}\n{tail}"
 

@@ -307,6 +307,23 @@ def pytest_runtest_call(item: pytest.Item):
     return result
 
 
+def _emulator_broke(farm: Farm, excinfo) -> str | None:
+    """Why a failed check saw the farm break rather than the driver: the
+    emulator died on its own (killed, crashed, or gone while QEMU still
+    ran), whatever the check asserted after that. An emulator that ended
+    cleanly because QEMU had exited (a kernel panic ends QEMU) broke
+    nothing, and a kernel report is the kernel's whatever else died."""
+    if excinfo is not None and isinstance(excinfo.value, KernelFailure):
+        return None
+    dead = farm.emu.dead() if farm.emu is not None else None
+    if dead is None:
+        return None
+    code = farm.emu.proc.returncode() if farm.emu.proc is not None else None
+    if code == 0 and farm.guest.dead() is not None:
+        return None
+    return f"the emulator died during the check: {dead}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
@@ -329,10 +346,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         farm = getattr(item, "_phyfarm_farm", None)
         broken = farm.exporter.failure() if farm is not None and farm.exporter else None
         if broken is None and farm is not None and farm.emu is not None:
-            # The emulator is the farm's: a check that failed once it was
-            # gone saw the farm break, not the driver (whatever it asserted).
-            dead = farm.emu.dead()
-            broken = f"the emulator died during the check: {dead}" if dead else None
+            broken = _emulator_broke(farm, call.excinfo)
         if broken is not None:
             # The exporter side or the emulator broke under the check: not
             # the driver's fault.
