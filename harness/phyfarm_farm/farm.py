@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +37,92 @@ def tcp_goodput_ratio(timestamps: bool) -> float:
 TCP_GOODPUT_RATIO = tcp_goodput_ratio(timestamps=False)
 
 
+#: A read of the wire count that grew by less than this is not yet (or no
+#: longer) the bulk flow: iperf3's control messages are a few hundred bytes.
+BULK_BYTES = 64 * 1024
+
+
+def wire_rates(reads: list[tuple[float, int]], seconds: float, skip: float) -> list[float]:
+    """Per-second goodput samples (Mbit/s, on the emulator's clock) from its
+    count of new TCP payload in the data's direction, read every fraction of
+    a second while a `seconds`-long bulk flow ran: `reads` are (seconds,
+    bytes). The flow starts at the read before the first that grew by
+    BULK_BYTES and ends at the read before the last such one (whose interval
+    may have gone idle), and at most `seconds` after its start; its first
+    `skip` seconds (slow start) are left out, and each whole second after
+    that is one sample, the bytes between its two ends (interpolated between
+    reads)."""
+    grew = [i for i in range(1, len(reads)) if reads[i][1] - reads[i - 1][1] >= BULK_BYTES]
+    if not grew:
+        return []
+    # The last bulk read's interval may have gone idle before its end.
+    start, end = reads[grew[0] - 1][0], reads[grew[-1] - 1][0]
+    end = min(end, start + seconds)
+
+    def count(t: float) -> float:
+        for (t0, c0), (t1, c1) in zip(reads, reads[1:], strict=False):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
+        return float(reads[-1][1])
+
+    out = []
+    t = start + skip
+    while t + 1.0 <= end + 1e-9:
+        out.append((count(t + 1.0) - count(t)) * 8 / 1e6)
+        t += 1.0
+    return out
+
+
+def wire_count(reply: dict, key: str) -> int | None:
+    """One byte counter of the emulator's `counters` reply, which nests them:
+    {"ok": true, "at_us": ..., "counters": {"tx_bytes": ...}}; None if absent."""
+    c = reply.get("counters")
+    n = c.get(key) if isinstance(c, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+class WireSampler:
+    """Reads one of the emulator's byte counters every `period` host seconds
+    in a thread while the `with` block runs: the trusted side's own record
+    of a flow, second by second (see wire_rates). A read that fails ends the
+    sampling; what was read is kept."""
+
+    def __init__(self, emu: Emulator, key: str, period: float = 0.2) -> None:
+        self.emu, self.key, self.period = emu, key, period
+        self.reads: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wire-sampler", daemon=True)
+
+    def _read(self) -> bool:
+        try:
+            reply = self.emu.counters()
+        except HarnessError:
+            return False
+        n, at = wire_count(reply, self.key), reply.get("at_us")
+        if n is None:
+            return False
+        # The emulator's own time of the read when it says it (a reply
+        # delayed on a loaded host then costs nothing), else this one's.
+        t = at / 1e6 if isinstance(at, int) and not isinstance(at, bool) else time.monotonic()
+        if self.reads and t < self.reads[-1][0]:
+            return False
+        self.reads.append((t, n))
+        return True
+
+    def _run(self) -> None:
+        while self._read() and not self._stop.wait(self.period):
+            pass
+
+    def __enter__(self) -> WireSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        self._read()
+
+
 @dataclass
 class Goodput:
     """A TCP run's goodput in Mbit/s, host time: the mean over the steady
@@ -52,6 +139,9 @@ class Goodput:
     #: Bytes of Ethernet frames the emulator carried in the data's direction
     #: over the run, counted on the host (None without the emulator).
     wire_bytes: int | None = None
+    #: Where the samples were counted: "wire" (the emulator's byte count,
+    #: host side, see wire_rates) or "receiver" (iperf3's intervals).
+    sampled: str = "receiver"
 
 
 def steady_goodput(intervals: list[dict], clock: float, skip: float = 1.0) -> Goodput:
@@ -293,13 +383,29 @@ END
         --get-server-output), the DUT for partner->DUT (-R). Neither iperf3's
         -O (the sender's backlog at the end of the omitted time then counts
         as received) nor a sender-side figure (bytes in the socket buffer,
-        not on the wire) is used."""
+        not on the wire) is used. With an emulator the per-second samples
+        are its count of new TCP payload on the wire (WireSampler,
+        wire_rates), the mean stays the receiver's;
+        without one they are the receiver's intervals."""
         # The host's own count of what crossed the wire, around the run: the
         # guest's figures are checked against it (a kernel can say anything).
+        # The samples the verdict judges are the emulator's count of new TCP
+        # payload (retransmissions not counted again), read second by second
+        # on its clock: where the receiver's intervals jitter with the
+        # guest's scheduling (seen: 79-101 Mbit/s a second on a 95 Mbit/s
+        # wire), the wire's seconds agree to 0.01 %.
         key = "rx_bytes" if reverse else "tx_bytes"
-        before = self.emu.counters().get(key) if self.emu is not None else None
-        d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
-        after = self.emu.counters().get(key) if self.emu is not None else None
+        new = "rx_tcp_new_bytes" if reverse else "tx_tcp_new_bytes"
+        before = wire_count(self.emu.counters(), key) if self.emu is not None else None
+        if self.emu is not None:
+            with WireSampler(self.emu, new) as sampler:
+                d, clock = self.iperf_host_time(
+                    "--get-server-output", seconds=seconds, reverse=reverse
+                )
+        else:
+            sampler = None
+            d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
+        after = wire_count(self.emu.counters(), key) if self.emu is not None else None
         side = d if reverse else d.get("server_output_json")
         if not isinstance(side, dict) or not side.get("intervals"):
             raise AgentError(
@@ -311,6 +417,11 @@ END
         g.claimed_bytes = sum(float(i["sum"]["bytes"]) for i in side["intervals"])
         if isinstance(before, int) and isinstance(after, int):
             g.wire_bytes = after - before
+        # Bounded by `seconds` of host time: nothing the guest says about
+        # its clock changes which of the wire's seconds are samples.
+        wire = wire_rates(sampler.reads, seconds, skip) if sampler else []
+        if wire:
+            g.samples, g.sampled = wire, "wire"
         return g
 
     def iperf(

@@ -547,9 +547,15 @@ class _WireEmu:
         self.per_run = per_run
 
     def counters(self) -> dict:
-        self.reads += 1
+        import threading
+
+        # Only the reads around the run advance it (the wire sampler's
+        # thread reads what is there).
+        if threading.current_thread() is threading.main_thread():
+            self.reads += 1
         n = self.per_run * (self.reads // 2)
-        return {"tx_bytes": n, "rx_bytes": n}
+        # The shape of ax88772-emu's reply (ctl.rs), nested as it is.
+        return {"ok": True, "at_us": 0, "counters": {"tx_bytes": n, "rx_bytes": n}}
 
 
 class _IperfGuest:
@@ -720,3 +726,90 @@ def test_a_soft_lockup_names_the_function_the_cpu_is_stuck_in():
     ev = hang_evidence(None, "[   27.0] before\n" + text)
     assert ev.startswith(f"blocked in {want}\n"), ev[:300]
     assert hang_evidence(None, "[ 1.0] quiet\n") == "no blocked-task report: no agent"
+
+
+def _flow_reads(rate_bps: float, begin: float, end: float, stall=(0.0, 0.0)):
+    """The emulator's byte count read every 0.2 s: iperf3's control bytes at
+    0.1 s, a bulk flow of `rate_bps` wire bits a second from `begin` to
+    `end` (paused over `stall`), 200 closing bytes at 9.0 s."""
+    reads, n, t = [], 0, 0.0
+    for i in range(50):
+        t1 = i * 0.2
+        for a in (x / 100 for x in range(int(t * 100), int(t1 * 100))):
+            if begin <= a < end and not stall[0] <= a < stall[1]:
+                n += rate_bps / 8 / 100
+        if t <= 0.1 < t1 or (i == 0 and t1 >= 0.1):
+            n += 300
+        if t <= 9.0 < t1:
+            n += 200
+        reads.append((100.0 + t1, int(n)))
+        t = t1
+    return reads
+
+
+def test_the_wire_count_gives_one_steady_sample_a_host_second():
+    from phyfarm_farm.farm import wire_rates
+
+    # 95 Mbit/s of payload from 0.5 s to 8.5 s: the flow is taken from the
+    # read before its first bulk growth (0.4 s), its first 2 s left out,
+    # and it ends at the read before its last bulk one (8.4 s): six whole
+    # seconds of 95 Mbit/s each.
+    reads = _flow_reads(95e6, 0.5, 8.5)
+    got = wire_rates(reads, seconds=8.0, skip=2.0)
+    assert len(got) == 6, got
+    for x in got:
+        assert abs(x - 95.0) < 0.5, got
+    # Neither the control bytes nor the closing ones make a flow.
+    assert wire_rates([(0.0, 0), (0.2, 300), (0.4, 300), (9.0, 500)], 8.0, 2.0) == []
+    # A flow that stops for half a second shows it in that second only.
+    stalled = wire_rates(_flow_reads(95e6, 0.5, 8.5, stall=(4.5, 5.0)), 8.0, 2.0)
+    low = [x for x in stalled if x < 80]
+    assert len(low) in (1, 2) and min(low) < 60, stalled
+    # `seconds` bounds the flow: a longer one gives no more samples.
+    assert len(wire_rates(_flow_reads(95e6, 0.5, 9.8), seconds=8.0, skip=2.0)) == 6
+
+
+def test_with_an_emulator_the_throughput_samples_are_the_wires():
+    import threading
+
+    from phyfarm_farm.farm import Farm
+
+    class Emu:
+        """While iperf3 runs, frames grow 11.875 MB a second (95 Mbit/s) and
+        new TCP payload 11.4 MB (91.2 Mbit/s: the rest was retransmitted)."""
+
+        def __init__(self):
+            self.running = threading.Event()
+            self.t, self.last = 0.0, None
+
+        def counters(self):
+            now = time.monotonic()
+            if self.running.is_set() and self.last is not None:
+                self.t += now - self.last
+            self.last = now
+            frames, new = int(self.t * 11.875e6), int(self.t * 11.4e6)
+            c = {"tx_bytes": frames, "rx_bytes": frames}
+            c |= {"tx_tcp_new_bytes": new, "rx_tcp_new_bytes": new}
+            return {"ok": True, "at_us": int(now * 1e6), "counters": c}
+
+    class SlowIperf(_IperfGuest):
+        def read(self, path: str) -> str:
+            return f"{time.monotonic():.3f} 0.0"  # the guest's clock runs
+
+        def run(self, argv, timeout=None, **kw):
+            if "iperf3" in argv[0]:
+                emu.running.set()
+                time.sleep(3.6)
+                emu.running.clear()
+            return super().run(argv, timeout, **kw)
+
+    emu = Emu()
+    # The receiver claims 92 Mbit/s; the samples the verdict gets are the
+    # emulator's new payload, second by second (91.2), not its frames (95)
+    # and not the receiver's intervals. The receiver's record is still read
+    # and checked against the frames.
+    farm = Farm(guest=SlowIperf(11.5e6), emu=emu, variant="rust", accel="tcg")
+    g = farm.tcp_goodput(seconds=8, reverse=False, skip=1.0)
+    assert g.sampled == "wire" and 1 <= len(g.samples) <= 3, g.samples
+    assert all(abs(x - 91.2) < 1.0 for x in g.samples), g.samples
+    assert g.claimed_bytes == 92e6 and g.wire_bytes > 0

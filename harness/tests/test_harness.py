@@ -188,3 +188,21 @@ def test_a_guest_flooding_its_console_while_it_hangs_is_bounded_and_still_a_hang
     assert b"were not kept; the last 65536 follow]" in kept
     assert line.encode() in kept[-4096:], kept[-200:]
     assert b"Linux version" in kept[:4096], "the boot's start was not kept"
+
+
+@pytest.mark.single_variant
+def test_the_throughput_samples_are_the_emulators_own_count_of_the_wire(farm, variant):
+    """A real guest and the real emulator: the host's count of the wire (the
+    ground truth the throughput check holds the receiver's figures to) is
+    read, and read second by second it gives the samples the verdict judges;
+    none of them more than the paced wire can carry."""
+    from phyfarm_farm.farm import TCP_GOODPUT_RATIO
+
+    farm.start_iperf_server()
+    g = farm.tcp_goodput(seconds=5, reverse=False, skip=1.0)
+    assert g.wire_bytes is not None and g.wire_bytes >= g.claimed_bytes > 0, g
+    assert g.sampled == "wire" and len(g.samples) >= 3, g
+    # A 100 Mbit/s wire's TCP payload (1460 of every 1538 byte times), plus
+    # the pacing's 10 ms of burst credit a second.
+    most = 100.0 * TCP_GOODPUT_RATIO * 1.011
+    assert all(0 < x <= most for x in g.samples), (g.samples, most)

@@ -161,11 +161,13 @@ pub const TARGET_LOSS: f64 = 0.05;
 
 /// Below this share slower than the base, a significant throughput
 /// difference is not called a regression. It is half of [`TARGET_LOSS`]:
-/// a true 5 % loss, measured with the 1.5–2.5 % spread of a paced link's
-/// per-second samples, reads anywhere from about 3 to 7 %, so a threshold
-/// at 5 % itself would miss half of them. `bench/throughput-power.py`
-/// measures the spread, the power for a 5 % loss and the false alarms of
-/// base against base.
+/// on a forwarded adapter the samples are the receiver's iperf3 intervals,
+/// whose 1.5–7 % spread makes a true 5 % loss read from about 3 to 7 %, so
+/// a threshold at 5 % itself would miss half of them; on the emulated one
+/// they are the emulator's count of new TCP payload on the wire, which
+/// agrees with itself to about 0.01 %. `bench/throughput-power.py` measures the spread, the
+/// detected share of a 5 % slower wire and the false alarms of base against
+/// base.
 pub const REGRESSION_MIN_EFFECT: f64 = 0.025;
 
 /// Fewest samples a side for a call: with five a side Mann–Whitney's

@@ -122,6 +122,11 @@ pub struct Cli {
     /// at most 1000000).
     #[arg(long, value_name = "US", default_value_t = crate::device::DEFAULT_PACE_BURST.as_micros() as u64, value_parser = clap::value_parser!(u64).range(0..=MAX_PACE_BURST_US))]
     pub pace_burst_us: u64,
+    /// Carry this percentage of the negotiated line rate (1-100; 100: the
+    /// line rate): a slower link, e.g. 95 for the 5 % loss the farm's
+    /// throughput call must catch.
+    #[arg(long, value_name = "PERCENT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub pace_percent: u32,
     /// Autonegotiation time in milliseconds (0: instant; at most 10000).
     #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=crate::phy::MAX_AUTONEG.as_millis() as u64))]
     pub autoneg_ms: u64,
@@ -246,6 +251,7 @@ impl Cli {
         device.addr0 = self.phy_addr0;
         device.paced = !self.unpaced;
         device.pace_burst = Duration::from_micros(self.pace_burst_us);
+        device.pace_percent = self.pace_percent;
         device.rx_queue_frames = self.rx_queue;
         device.rx_mode = self.rx_mode;
         device.duplex_mismatch = self.duplex_mismatch;
@@ -341,6 +347,7 @@ mod tests {
             ("--phy-powerup-ms", 1000),
             ("--connect-timeout", MAX_CONNECT_TIMEOUT_S),
             ("--pace-burst-us", MAX_PACE_BURST_US),
+            ("--pace-percent", 100),
             ("--rx-queue", MAX_RX_QUEUE as u64),
         ] {
             let ok = max.to_string();

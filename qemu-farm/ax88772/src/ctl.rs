@@ -139,6 +139,8 @@ pub const MAX_DOWN_MS: u64 = 600_000;
 pub struct CtlEnv {
     pub about: Value,
     capture: Option<(PathBuf, OwnedFd)>,
+    /// The origin of the `at_us` time stamp of `counters` replies.
+    started: Instant,
 }
 
 impl CtlEnv {
@@ -167,7 +169,11 @@ impl CtlEnv {
                 Some((d, unsafe { OwnedFd::from_raw_fd(fd) }))
             }
         };
-        Ok(CtlEnv { about, capture })
+        Ok(CtlEnv {
+            about,
+            capture,
+            started: Instant::now(),
+        })
     }
 
     /// An environment without a capture directory (tests).
@@ -175,6 +181,7 @@ impl CtlEnv {
         CtlEnv {
             about,
             capture: None,
+            started: Instant::now(),
         }
     }
 
@@ -440,8 +447,14 @@ pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value
             ok(json!({ "phy": dev.phy().snapshot() }))
         }
         Request::Counters { reset } => {
+            // Frames whose time has come are counted first, and the reply
+            // says when it was taken on the emulator's clock: a client that
+            // reads the counters second by second gets the wire's rate in
+            // this process's time, whatever delayed the reply on its way.
+            dev.poll(now);
             let s = dev.phy().snapshot();
             let v = json!({
+                "at_us": now.saturating_duration_since(env.started).as_micros() as u64,
                 "counters": dev.counters(),
                 "mdio_reads": s.mdio_reads,
                 "mdio_writes": s.mdio_writes,
@@ -686,6 +699,15 @@ mod tests {
         assert_eq!(r["phy"]["link"], false);
         let r = ask(&mut d, t, r#"{"cmd":"counters"}"#);
         assert_eq!(r["counters"]["tx_frames"], 0);
+        let env = CtlEnv::bare(json!({}));
+        let at = |d: &mut Device, t: Instant| -> u64 {
+            let v: Value =
+                serde_json::from_str(&handle_line(d, t, r#"{"cmd":"counters"}"#, &env)).unwrap();
+            v["at_us"].as_u64().unwrap()
+        };
+        let t0 = env.started;
+        assert_eq!(at(&mut d, t0 + Duration::from_millis(1500)), 1_500_000);
+        assert_eq!(at(&mut d, t0 + Duration::from_micros(2_000_250)), 2_000_250);
         let r = ask(&mut d, t, r#"{"cmd":"describe"}"#);
         assert_eq!(r["config"]["variant"], "772a");
         assert_eq!(r["config"]["mac"], "02:00:00:00:00:01");

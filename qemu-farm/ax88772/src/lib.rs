@@ -10,6 +10,7 @@ pub mod ep0;
 pub mod faults;
 pub mod framing;
 pub mod gadget;
+pub mod goodput;
 pub mod impair;
 pub mod link;
 pub mod log;

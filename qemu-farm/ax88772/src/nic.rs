@@ -102,9 +102,9 @@ pub enum Drop {
 /// What the datapath reports. Every method defaults to nothing.
 pub trait NicEvents {
     /// A frame left the MAC for the wire.
-    fn tx_frame(&mut self, _len: usize) {}
-    /// A frame went to the guest in a bulk IN transfer.
-    fn rx_frame(&mut self, _len: usize) {}
+    fn tx_frame(&mut self, _frame: &[u8]) {}
+    /// A frame went to the guest in a bulk IN transfer (its last byte did).
+    fn rx_frame(&mut self, _frame: &[u8]) {}
     /// A frame on the wire (either direction), for captures.
     fn on_wire(&mut self, _frame: &[u8]) {}
     fn dropped(&mut self, _why: Drop, _frames: u64) {}
@@ -178,6 +178,7 @@ pub struct Nic {
     pub(crate) phy: Phy,
     paced: bool,
     pace_burst: Duration,
+    pace_percent: u32,
     rx_queue_frames: usize,
     rx_mode: RxMode,
     rx_tail: RxTail,
@@ -215,6 +216,7 @@ impl Nic {
             phy,
             paced: cfg.paced,
             pace_burst: cfg.pace_burst,
+            pace_percent: cfg.pace_percent.clamp(1, 100),
             rx_queue_frames: cfg.rx_queue_frames,
             rx_mode: cfg.rx_mode,
             rx_tail: RxTail::default(),
@@ -387,7 +389,7 @@ impl Nic {
             ev.dropped(Drop::TxNoLink, 1);
             return None;
         }
-        let wt = framing::wire_time(frame.len(), self.mac.line_rate());
+        let wt = framing::wire_time(frame.len(), self.wire_rate());
         let (start, depart) = if self.paced {
             let start = self.tx_clock.max(self.pace_floor());
             self.tx_clock = start + wt;
@@ -409,6 +411,12 @@ impl Nic {
             }
         }
         Some(depart)
+    }
+
+    /// The bits per second a frame occupies the wire at: the negotiated line
+    /// rate, times `pace_percent` when the link is modelled slower.
+    fn wire_rate(&self) -> u64 {
+        (self.mac.line_rate() * u64::from(self.pace_percent) / 100).max(1)
     }
 
     /// The earliest a paced frame may start: an idle wire earns credit for
@@ -443,7 +451,7 @@ impl Nic {
             return;
         }
         let start = self.now.max(self.rx_busy_until);
-        self.rx_busy_until = start + framing::wire_time(frame.len(), self.mac.line_rate());
+        self.rx_busy_until = start + framing::wire_time(frame.len(), self.wire_rate());
         if self.collides(self.tx_busy_until, start, ev) {
             return;
         }
@@ -473,7 +481,7 @@ impl Nic {
         }
         let ready = if self.paced {
             let start = self.rx_clock.max(self.pace_floor());
-            self.rx_clock = start + framing::wire_time(frame.len(), self.mac.line_rate());
+            self.rx_clock = start + framing::wire_time(frame.len(), self.wire_rate());
             self.rx_clock
         } else {
             self.now
@@ -498,7 +506,7 @@ impl Nic {
     pub fn send_due(&mut self, ev: &mut dyn NicEvents) {
         while self.tx_queue.front().is_some_and(|(t, _)| *t <= self.now) {
             if let Some((t, f)) = self.tx_queue.pop_front() {
-                ev.tx_frame(f.len());
+                ev.tx_frame(&f);
                 self.depart(t, f, ev);
             }
         }
@@ -551,7 +559,7 @@ impl Nic {
             }
             if let Some((_, f)) = self.rx_queue.pop_front() {
                 framing::push_rx_record(&mut buf, &f);
-                ev.rx_frame(f.len());
+                ev.rx_frame(&f);
             }
         }
         if !buf.is_empty() {
@@ -591,7 +599,8 @@ impl Nic {
                 if tail.left() > 0 {
                     break;
                 }
-                ev.rx_frame(tail.frame_len);
+                // The record is the 4-byte header, the frame and a pad.
+                ev.rx_frame(&tail.bytes[4..4 + tail.frame_len]);
                 self.rx_tail = RxTail::default();
             }
             if buf.len() == cap || !self.rx_queue.front().is_some_and(|(t, _)| *t <= now) {
@@ -644,7 +653,7 @@ mod tests {
     }
 
     impl NicEvents for Seen {
-        fn tx_frame(&mut self, _len: usize) {
+        fn tx_frame(&mut self, _frame: &[u8]) {
             self.tx += 1;
         }
         fn on_wire(&mut self, _frame: &[u8]) {

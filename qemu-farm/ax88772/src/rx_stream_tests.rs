@@ -284,8 +284,8 @@ fn frames_are_counted_when_their_last_byte_goes() {
     #[derive(Default)]
     struct Rx(Vec<usize>);
     impl NicEvents for Rx {
-        fn rx_frame(&mut self, len: usize) {
-            self.0.push(len);
+        fn rx_frame(&mut self, frame: &[u8]) {
+            self.0.push(frame.len());
         }
     }
     let mut n = nic(RxMode::Stream);

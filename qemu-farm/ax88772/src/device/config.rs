@@ -41,6 +41,10 @@ pub struct DeviceConfig {
     /// while over any window W the wire carries at most (W + burst) of it.
     #[serde(serialize_with = "ser_us")]
     pub pace_burst: Duration,
+    /// The share of the negotiated line rate the paced wire carries, in
+    /// percent (100: the line rate). Below 100 it models a slower link, the
+    /// seeded loss `bench/throughput-power.py` measures the farm against.
+    pub pace_percent: u32,
     /// Frames held between the wire and the guest's bulk IN requests.
     pub rx_queue_frames: usize,
     /// How RX records meet bulk IN requests (a byte stream, as the chip).
@@ -91,6 +95,7 @@ impl DeviceConfig {
             addr0: Addr0::Alias,
             paced: true,
             pace_burst: DEFAULT_PACE_BURST,
+            pace_percent: 100,
             rx_queue_frames: 256,
             rx_mode: RxMode::Stream,
             duplex_mismatch: DuplexMismatch::Count,

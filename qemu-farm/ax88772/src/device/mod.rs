@@ -111,6 +111,8 @@ impl Device {
             stats: Stats {
                 counters: Counters::default(),
                 pcap: None,
+                tcp_tx: Default::default(),
+                tcp_rx: Default::default(),
             },
             usb_out: Vec::new(),
             cfg,

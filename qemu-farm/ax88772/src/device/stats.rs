@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::Device;
+use crate::goodput::NewPayload;
 use crate::log_w;
 use crate::nic::{Drop, NicEvents};
 use crate::pcap::Pcap;
@@ -17,6 +18,12 @@ pub struct Counters {
     pub tx_dropped_no_link: u64,
     pub rx_frames: u64,
     pub rx_bytes: u64,
+    /// TCP payload bytes the frames that left for the wire carried for the
+    /// first time (retransmissions not counted again): the host's own count
+    /// of goodput, which the farm's throughput samples are read from.
+    pub tx_tcp_new_bytes: u64,
+    /// The same for the frames that went to the guest.
+    pub rx_tcp_new_bytes: u64,
     pub rx_length_errors: u64,
     pub rx_dropped_no_link: u64,
     pub rx_dropped_gated: u64,
@@ -54,16 +61,21 @@ pub struct Counters {
 pub(super) struct Stats {
     pub(super) counters: Counters,
     pub(super) pcap: Option<Pcap>,
+    /// TCP payload counted once per direction (the `*_tcp_new_bytes`).
+    pub(super) tcp_tx: NewPayload,
+    pub(super) tcp_rx: NewPayload,
 }
 
 impl NicEvents for Stats {
-    fn tx_frame(&mut self, len: usize) {
+    fn tx_frame(&mut self, frame: &[u8]) {
         self.counters.tx_frames += 1;
-        self.counters.tx_bytes += len as u64;
+        self.counters.tx_bytes += frame.len() as u64;
+        self.counters.tx_tcp_new_bytes += self.tcp_tx.frame(frame);
     }
-    fn rx_frame(&mut self, len: usize) {
+    fn rx_frame(&mut self, frame: &[u8]) {
         self.counters.rx_frames += 1;
-        self.counters.rx_bytes += len as u64;
+        self.counters.rx_bytes += frame.len() as u64;
+        self.counters.rx_tcp_new_bytes += self.tcp_rx.frame(frame);
     }
     fn on_wire(&mut self, frame: &[u8]) {
         if let Some(p) = &mut self.pcap {

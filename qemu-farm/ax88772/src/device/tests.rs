@@ -193,6 +193,43 @@ fn paced_bulk_out_completes_when_the_frame_left() {
     assert_eq!(t.d.take_usb()[0].id, 2, "in order");
 }
 
+#[test]
+fn a_slower_wire_spaces_frames_by_its_share_of_the_line_rate() {
+    // --pace-percent 95: the wire carries 95 Mbit/s of a 100 Mbit/s link,
+    // in both directions (the farm's seeded 5 % loss).
+    let t0 = Instant::now();
+    let mut cfg = DeviceConfig::new(Variant::Ax88772a, MAC);
+    cfg.pace_percent = 95;
+    let mut d = Device::new(cfg, t0);
+    d.transport_opened(t0);
+    let mut t = T { d, t: t0 };
+    t.send(0, hello().msg);
+    t.send(1, Message::SetConfiguration { configuration: 1 });
+    t.send(2, ctrl(0x40, cmd::WRITE_RX_CTL, 0x0088, 0, 0, vec![]));
+    t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0336, 0, 0, vec![]));
+    t.d.set_pace_burst(Duration::ZERO);
+    let f = frame([0xff; 6], 1514);
+    t.send(10, bulk_out(framing::tx_transfer(&f)));
+    let slow = framing::wire_time(1514, 95_000_000);
+    assert!(slow > framing::wire_time(1514, 100_000_000));
+    assert_eq!(t.d.poll(t.t), Some(t.t + slow), "TX");
+    // RX: a second frame from the partner is ready one slower wire time
+    // after the first.
+    t.send(20, bulk_in(2048));
+    t.send(21, bulk_in(2048));
+    t.d.wire_frame(t.t, frame(MAC, 1514));
+    t.d.wire_frame(t.t, frame(MAC, 1514));
+    t.d.take_usb();
+    let due: Vec<_> = std::iter::from_fn(|| {
+        let next = t.d.poll(t.t)?;
+        t.t = next;
+        Some(next)
+    })
+    .take(4)
+    .collect();
+    assert!(due.contains(&(t0 + 2 * slow)), "{due:?}");
+}
+
 /// Transfers that complete at once when `n` full-size frames meet a wire
 /// that sat idle for `idle`, with a pacing burst of `burst`.
 fn caught_up(burst: Duration, idle: Duration, n: u64, rx: bool) -> usize {
@@ -1001,6 +1038,44 @@ fn counters_count_frames_bytes_and_corruption_exactly() {
     );
     t.d.reset_counters();
     assert_eq!(t.d.counters(), &Counters::default());
+}
+
+/// A frame from MAC's port 40000 to the partner's 5201 with `len` bytes of
+/// TCP payload at sequence number `seq`.
+fn tcp_frame(dst: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
+    let mut f = frame(dst, 14);
+    f.truncate(12);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (40 + len) as u16;
+    f.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[10, 77, 0, 1, 10, 77, 0, 2]);
+    f.extend_from_slice(&40000u16.to_be_bytes());
+    f.extend_from_slice(&5201u16.to_be_bytes());
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 0, 5 << 4, 0x10, 0xff, 0xff, 0, 0, 0, 0]);
+    f.extend(std::iter::repeat_n(0x5a, len));
+    f
+}
+
+#[test]
+fn tcp_payload_is_counted_once_in_each_direction_retransmissions_not() {
+    let mut t = T::up(false);
+    for (i, seq) in [1000u32, 2460, 1000].into_iter().enumerate() {
+        let f = tcp_frame([0x02, 0, 0, 0, 0, 2], seq, 1460);
+        t.send(10 + i as u64, bulk_out(framing::tx_transfer(&f)));
+    }
+    t.send(20, bulk_in(2048));
+    for seq in [7u32, 7, 1467] {
+        t.d.wire_frame(t.t, tcp_frame(MAC, seq, 1460));
+    }
+    for id in 21..24 {
+        t.send(id, bulk_in(2048));
+    }
+    let c = t.d.counters().clone();
+    assert_eq!((c.tx_frames, c.tx_tcp_new_bytes), (3, 2 * 1460));
+    assert_eq!((c.rx_frames, c.rx_tcp_new_bytes), (3, 2 * 1460));
+    assert_eq!(c.tx_bytes, 3 * (14 + 40 + 1460));
 }
 
 #[test]
