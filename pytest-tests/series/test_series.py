@@ -290,15 +290,21 @@ def test_a_broken_emulator_on_both_sides_is_an_error_never_the_revisions_fail(
     phyfarm, podman, v8_build, tmp_path
 ):
     """The farm's own parts failing alike on the base and the revision (here
-    the emulator, killed a few seconds into every guest's life) leave the
+    the emulator, killed as soon as every guest's QEMU greets it) leave the
     revision `testing` with each check an ERROR that names the emulator: an
     ERROR the base shares never becomes the revision's FAIL."""
     real = REPO / "target/release/ax88772-emu"
     assert real.is_file(), "the v8 run builds the emulator"
     broken = tmp_path / "ax88772-emu"
+    # Killed on its own log line, not after a time: a timer raced the
+    # shortest check (a probe once finished first and PASSed).
     broken.write_text(
-        "#!/bin/sh\n# ax88772-emu, killed 4 s after it starts.\n"
-        f'{shlex.quote(str(real))} "$@" &\npid=$!\nsleep 4\nkill -9 "$pid"\nwait "$pid"\n'
+        "#!/bin/sh\n# ax88772-emu, killed when QEMU's hello reaches it.\n"
+        'fifo=$(mktemp -u)\nmkfifo "$fifo" || exit 1\n'
+        f'{shlex.quote(str(real))} "$@" 2>"$fifo" &\npid=$!\n'
+        "while IFS= read -r line; do\n  printf '%s\\n' \"$line\" >&2\n"
+        '  case "$line" in *"usb: peer hello"*) kill -9 "$pid";; esac\n'
+        'done < "$fifo"\nrm -f "$fifo"\nwait "$pid"\n'
     )
     broken.chmod(0o755)
     store = tmp_path / "store.sqlite"
