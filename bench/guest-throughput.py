@@ -188,7 +188,7 @@ def boot(c: Config, args, kernel: Path, image: Path, emulator: Path, out: Path) 
     log(
         "I",
         f"{c.key}: booted in {guest.boot_seconds:.1f}s, {c.farm.dut} ({driver}, {speed} Mbit/s)"
-        f" <-> {c.farm.partner} in netns {NETNS}; guest clocksource {c.clocksource}",
+        f" <-> {c.farm.partner_nic} in netns {NETNS}; guest clocksource {c.clocksource}",
     )
 
 

@@ -16,6 +16,8 @@ apt_packages=(
   udev
   busybox-static cpio
   iproute2 ethtool iperf3
+  # The host-side link partner pings the guest (pytest-tests/farm/test_replug.py).
+  iputils-ping
   git make gcc pkg-config
   python3 python3-venv
   postgresql

@@ -9,13 +9,19 @@ import time
 from pathlib import Path
 
 from .errors import EmulatorDied, GuestTimeout, HarnessError, SetupError
+from .partner import TAP
 from .procs import Proc
 
 
 class Emulator:
-    """One emulated AX88772A: usbredir on `usb_sock`, the wire on dgram sockets."""
+    """One emulated AX88772A: usbredir on `usb_sock`; the wire on dgram
+    sockets to the guest's partner NIC or, with a `partner` (HostPartner),
+    the tap of the host-side partner's namespace, which the emulator then
+    runs in."""
 
-    def __init__(self, binary: Path, sockdir: Path, logdir: Path, extra: list[str]) -> None:
+    def __init__(
+        self, binary: Path, sockdir: Path, logdir: Path, extra: list[str], partner=None
+    ) -> None:
         self.binary = binary
         self.usb_sock = sockdir / "usb.sock"
         self.emu_wire = sockdir / "emu.sock"
@@ -23,12 +29,20 @@ class Emulator:
         self.ctl_path = sockdir / "ctl.sock"
         self.ready_file = sockdir / "emu-ready.json"
         self.log = logdir / "emulator.log"
+        self.partner = partner
+        wire = (
+            f"tap:{TAP}"
+            if partner is not None
+            else f"dgram:unix:{self.emu_wire},unix:{self.partner_wire}"
+        )
+        #: The emulator's own arguments (what a reproducer repeats); it is
+        #: started inside the partner's namespace when there is one.
         self.argv = [
             str(binary),
             "--listen",
             f"unix:{self.usb_sock}",
             "--wire",
-            f"dgram:unix:{self.emu_wire},unix:{self.partner_wire}",
+            wire,
             "--ctl",
             str(self.ctl_path),
             "--capture-dir",
@@ -50,7 +64,8 @@ class Emulator:
         (self.log.parent).mkdir(parents=True, exist_ok=True)
         with open(self.log, "a") as f:
             f.write("# " + " ".join(self.argv) + "\n")
-        self.proc = Proc("ax88772-emu", self.argv, self.log)
+        argv = self.partner.wrap(self.argv) if self.partner is not None else self.argv
+        self.proc = Proc("ax88772-emu", argv, self.log)
         end = time.monotonic() + timeout
         while not self.ready_file.exists():
             if not self.proc.alive():

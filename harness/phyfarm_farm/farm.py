@@ -1,9 +1,11 @@
 """A guest with its adapter (emulated or forwarded) and its link partner,
 set up for the checks: the AX88772A interface ("dut") at DUT_IP, the
-partner virtio NIC in its own network namespace at PARTNER_IP."""
+partner at PARTNER_IP, on the host side of the emulator's wire or, where
+that cannot run, a virtio NIC of the guest (partner.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import threading
@@ -14,13 +16,15 @@ from .emulator import Emulator
 from .errors import AgentError, CheckFailed, HarnessError
 from .exporter import Exporter
 from .guest import Guest
+from .partner import DUT_IP, IP, NETNS, PARTNER_IP, GuestPartner, HostPartner
 
-IP = "/usr/bin/ip"  # iproute2; busybox's sh would run its own `ip` applet
+__all__ = ["DUT_IP", "IP", "NETNS", "PARTNER_IP", "Farm"]
+
 ETHTOOL = "/usr/sbin/ethtool"
 IPERF3 = "/usr/bin/iperf3"
-NETNS = "partner"
-DUT_IP = "10.77.0.1"
-PARTNER_IP = "10.77.0.2"
+#: Longest wait for the host-side iperf3 server's record after the client
+#: returned (it is printed when the server closes the test).
+HOST_RECORD_WAIT = 5.0
 #: A 1500-byte frame on 100BASE-TX takes 1538 byte times (14 header, 4 FCS,
 #: 8 preamble, 12 inter-frame gap).
 WIRE_BYTES = 1500 + 14 + 4 + 8 + 12
@@ -101,9 +105,11 @@ class WireSampler:
         n, at = wire_count(reply, self.key), reply.get("at_us")
         if n is None:
             return False
-        # The emulator's own time of the read when it says it (a reply
-        # delayed on a loaded host then costs nothing), else this one's.
-        t = at / 1e6 if isinstance(at, int) and not isinstance(at, bool) else time.monotonic()
+        # The emulator's own time of the read (a reply delayed on a loaded
+        # host then costs nothing); a reply without it ends the sampling.
+        if not isinstance(at, int) or isinstance(at, bool):
+            return False
+        t = at / 1e6
         if self.reads and t < self.reads[-1][0]:
             return False
         self.reads.append((t, n))
@@ -172,25 +178,39 @@ class Farm:
     #: The kernel driver the DUT interface binds to (cdc_ether for QEMU's usb-net).
     dut_driver: str = "asix"
     dut: str = ""
-    partner: str = ""
+    #: The guest's partner NIC when the partner is the guest's (GuestPartner).
+    partner_nic: str = ""
     notes: dict = field(default_factory=dict)
     #: The exporter guest on the forwarded-gadget path, else None.
     exporter: Exporter | None = None
+    #: The far end of the wire: the host's (HostPartner) or the guest's.
+    link_partner: HostPartner | GuestPartner | None = None
+
+    def __post_init__(self) -> None:
+        if self.link_partner is None:
+            self.link_partner = GuestPartner(self.guest)
+
+    @property
+    def partner_in_guest(self) -> bool:
+        return isinstance(self.link_partner, GuestPartner)
 
     # -- set-up --------------------------------------------------------------
     def find_interfaces(self, timeout: float = 30.0) -> None:
-        """Wait for the DUT interface to register; find the partner NIC."""
+        """Wait for the DUT interface to register; find the guest's partner
+        NIC when the partner is the guest's."""
         # The drivers' own sysfs folders name their interfaces: globs and
         # shell builtins only, so that polling starts no program (each one
         # costs tens of milliseconds of the guest's only CPU under TCG, the
         # CPU the adapter's enumeration needs).
+        # The partner NIC is waited for only when the partner is the guest's.
+        found = '[ -n "$dut" ] && [ -n "$partner" ]' if self.partner_in_guest else '[ -n "$dut" ]'
         script = f"""
 read up _ </proc/uptime; end=$(( ${{up%%.*}} + {int(timeout)} ))
 while :; do
   dut=; partner=
   for n in /sys/bus/usb/drivers/{self.dut_driver}/*/net/*; do [ -e "$n" ] && dut=${{n##*/}}; done
   for n in /sys/bus/virtio/drivers/virtio_net/*/net/*; do [ -e "$n" ] && partner=${{n##*/}}; done
-  [ -n "$dut" ] && [ -n "$partner" ] && break
+  {found} && break
   read up _ </proc/uptime; [ "${{up%%.*}}" -ge "$end" ] && break
   usleep 20000
 done
@@ -198,8 +218,8 @@ echo "dut=$dut partner=$partner"
 """
         r = self.guest.sh(script, timeout=timeout + 10)
         kv = dict(x.split("=", 1) for x in r.stdout.split())
-        self.dut, self.partner = kv.get("dut", ""), kv.get("partner", "")
-        if not self.partner:
+        self.dut, self.partner_nic = kv.get("dut", ""), kv.get("partner", "")
+        if self.partner_in_guest and not self.partner_nic:
             raise HarnessError(f"the guest has no virtio partner NIC: {r.describe()}")
         if not self.dut:
             usb = self.guest.sh(
@@ -211,13 +231,13 @@ echo "dut=$dut partner=$partner"
             )
 
     def setup_network(self, carrier_timeout: float = 20.0) -> float:
-        """Partner into its netns, addresses, links up; returns seconds to carrier."""
-        p, d = self.partner, self.dut
+        """Partner into its netns (the guest's), addresses, links up;
+        returns seconds to carrier."""
+        p, d = self.partner_nic, self.dut
         # Three `ip -batch` runs instead of one `ip` per step: every program
         # a TCG guest starts costs tens of milliseconds, and this runs before
         # every check. The DUT comes up last, when the script ends.
-        script = f"""set -e
-{IP} -batch - <<'END'
+        guest_partner = f"""{IP} -batch - <<'END'
 netns add {NETNS}
 link set {p} netns {NETNS}
 END
@@ -226,7 +246,9 @@ link set lo up
 addr add {PARTNER_IP}/24 dev {p}
 link set {p} up
 END
-{IP} -batch - <<'END'
+"""
+        script = f"""set -e
+{guest_partner if self.partner_in_guest else ""}{IP} -batch - <<'END'
 addr add {DUT_IP}/24 dev {d}
 link set {d} up
 END
@@ -248,17 +270,13 @@ END
         self.guest.run(
             ["sysctl", "-w", "net.core.rmem_max=4194304", "net.core.wmem_max=4194304"], timeout=10
         )
-        r = self.guest.run(
-            # -J: the server's per-second record reaches the client
-            # (--get-server-output), the receiver's side of a DUT->partner test.
-            [IP, "netns", "exec", NETNS, IPERF3, "-s", "-D", "-J", "-B", PARTNER_IP],
-            timeout=20,
-        )
-        if r.exit != 0:
-            raise HarnessError(f"iperf3 server did not start: {r.describe()}")
-        # The daemon needs a moment to listen.
+        # -J: the server's per-second record reaches the client
+        # (--get-server-output), the receiver's side of a DUT->partner test.
+        assert self.link_partner is not None
+        self.link_partner.serve("iperf3", [IPERF3, "-s", "-J", "-B", PARTNER_IP])
+        # The server needs a moment to listen.
         for _ in range(50):
-            s = self.guest.run([IP, "netns", "exec", NETNS, "cat", "/proc/net/tcp"], timeout=10)
+            s = self.link_partner.run(["cat", "/proc/net/tcp"], timeout=10)
             if ":1451 " in s.stdout:  # port 5201
                 return
             time.sleep(0.1)
@@ -359,8 +377,12 @@ END
     def set_tcp_timestamps(self, on: bool) -> None:
         """TCP timestamps on or off at both ends (the setting is per network
         namespace)."""
-        for prefix in ([], [IP, "netns", "exec", NETNS]):
-            self.guest.check([*prefix, "sysctl", "-w", f"net.ipv4.tcp_timestamps={int(on)}"])
+        argv = ["sysctl", "-w", f"net.ipv4.tcp_timestamps={int(on)}"]
+        self.guest.check(argv)
+        assert self.link_partner is not None
+        r = self.link_partner.run(argv, timeout=10)
+        if r.exit != 0:
+            raise HarnessError(f"the partner's TCP timestamps: {r.describe()}")
 
     def iperf_host_time(
         self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""
@@ -397,20 +419,26 @@ END
         key = "rx_bytes" if reverse else "tx_bytes"
         new = "rx_tcp_new_bytes" if reverse else "tx_tcp_new_bytes"
         before = wire_count(self.emu.counters(), key) if self.emu is not None else None
-        if self.emu is not None:
-            with WireSampler(self.emu, new) as sampler:
-                d, clock = self.iperf_host_time(
-                    "--get-server-output", seconds=seconds, reverse=reverse
-                )
-        else:
-            sampler = None
+        known = self.host_server_records()
+        sampler = WireSampler(self.emu, new) if self.emu is not None else None
+        with sampler or contextlib.nullcontext():
             d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
         after = wire_count(self.emu.counters(), key) if self.emu is not None else None
         side = d if reverse else d.get("server_output_json")
+        if not reverse and isinstance(self.link_partner, HostPartner):
+            # The receiver is the host's iperf3: its own record, from its own
+            # output, never the copy the guest's client passes on.
+            side = self.host_server_record(known)
         if not isinstance(side, dict) or not side.get("intervals"):
             raise AgentError(
                 "iperf3 returned no receiver record"
-                + ("" if reverse else " (the server's, --get-server-output)")
+                + (
+                    ""
+                    if reverse
+                    else " (the host-side server's output)"
+                    if isinstance(self.link_partner, HostPartner)
+                    else " (the server's, --get-server-output)"
+                )
             )
         g = steady_goodput(side["intervals"], clock, skip)
         g.retransmits = d["end"].get("sum_sent", {}).get("retransmits")
@@ -423,6 +451,27 @@ END
         if wire:
             g.samples, g.sampled = wire, "wire"
         return g
+
+    def host_server_records(self) -> int:
+        """How many tests the host-side iperf3 server has recorded (0 when
+        the partner is the guest's)."""
+        if isinstance(self.link_partner, HostPartner):
+            return len(self.link_partner.records("iperf3"))
+        return 0
+
+    def host_server_record(self, known: int) -> dict | None:
+        """The host-side iperf3 server's record of the test after the first
+        `known` ones (it prints it when the test ends, a moment after the
+        client returns)."""
+        assert isinstance(self.link_partner, HostPartner)
+        end = time.monotonic() + HOST_RECORD_WAIT
+        while True:
+            docs = self.link_partner.records("iperf3")
+            if len(docs) > known:
+                return docs[known]
+            if time.monotonic() > end:
+                return None
+            time.sleep(0.1)
 
     def iperf(
         self, *args: str, seconds: int = 5, reverse: bool = False, udp_rate: str = ""

@@ -32,7 +32,7 @@ import pytest
 
 from . import procs, shell
 from .emulator import Emulator
-from .errors import HarnessError, KernelFailure, MissingKernel, SetupError
+from .errors import CheckFailed, HarnessError, KernelFailure, MissingKernel, SetupError
 from .exporter import Exporter
 from .farm import Farm
 from .guest import (
@@ -46,6 +46,7 @@ from .guest import (
     share_with_qemu,
     use_machine,
 )
+from .partner import HostPartner, host_partner_unavailable, sweep_stale_namespaces
 from .results import Collector, check_id, classify, message
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,6 +126,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "check's own, e.g. --emulator-arg=--partner-modes=10full,10half",
     )
     g.addoption(
+        "--partner",
+        choices=("auto", "host", "guest"),
+        default="auto",
+        help="where the link partner runs: the host's stack in a network namespace on the "
+        "emulator's wire (needs root), or a virtio NIC of the guest; auto: the host's "
+        "with --device emulated where it can run",
+    )
+    g.addoption(
         "--shell",
         action="store_true",
         help="after each check, a shell in its guest (adapter attached) on this terminal, "
@@ -146,7 +155,45 @@ MARKERS = [
     "emulator(*args): extra ax88772-emu arguments for this test's emulator",
     "no_network: boot without bringing the interfaces up",
     "single_variant: run once, on the first variant, not per variant",
+    "expect_counters(*names): emulator error counters this check provokes on purpose "
+    "(see WIRE_FAULTS)",
 ]
+
+#: The emulator's counters of what a driver that works never causes on a
+#: clean wire (none moved in any check of a passing run of both variants):
+#: TX frames with a malformed header or oversized (tx_errors), frames sent
+#: while the MAC's duplex disagrees with the partner's (duplex_collisions),
+#: data sent through an isolated PHY (isolated_dropped), RX frames the
+#: driver's bulk IN request was too small for (rx_too_big_for_request),
+#: transfers on an endpoint the driver left halted (halted_stalls), and
+#: vendor requests the chip does not have (control_stalls beyond the ones
+#: injected). Read on the host after each check: whatever the guest says,
+#: a check whose wire saw one of them FAILs, naming it.
+WIRE_FAULTS = (
+    "tx_errors",
+    "duplex_collisions",
+    "isolated_dropped",
+    "rx_too_big_for_request",
+    "halted_stalls",
+    "control_stalls",
+)
+
+
+def wire_faults(counters: dict, allowed: set[str]) -> dict[str, int]:
+    """The WIRE_FAULTS counters of a `counters` reply that moved and are
+    not `allowed`; control_stalls counts only beyond mdio_faults_injected."""
+    c = counters.get("counters")
+    if not isinstance(c, dict):
+        return {}
+
+    def n(key: str) -> int:
+        v = c.get(key, 0)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    out = {k: n(k) for k in WIRE_FAULTS if k not in allowed}
+    if "control_stalls" in out:
+        out["control_stalls"] = max(0, out["control_stalls"] - n("mdio_faults_injected"))
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def check_device(dev: str) -> None:
@@ -459,6 +506,9 @@ class FarmEnv:
     kernels: dict = field(default_factory=dict)
     #: The exporter guest's kernel (forwarded-gadget), else None.
     exporter: Path | None = None
+    #: Where the link partner runs: "host" (HostPartner) or "guest".
+    partner: str = "guest"
+    partner_reason: str = ""
 
     def kernel(self, variant: str) -> Path:
         if variant not in self.kernels:
@@ -551,12 +601,17 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
         kernels={v: Path(k) for v, k in (plan.get("kernels") or {}).items()},
         exporter=Path(plan["exporter_kernel"]) if plan.get("exporter_kernel") else None,
     )
+    env.partner, env.partner_reason = choose_partner(cfg.getoption("--partner"), env.device)
+    if env.partner == "host":
+        sweep_stale_namespaces()
     use_machine(env.accel, plan["machine"])
     results_dir.mkdir(parents=True, exist_ok=True)
     qv = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True)
     envdoc = {
         "accel": env.accel,
         "accel_reason": env.accel_reason,
+        "partner": env.partner,
+        "partner_reason": env.partner_reason,
         "qemu": qv.stdout.splitlines()[0] if qv.stdout else "",
         "guest_image": str(env.guest_image),
         "device": env.device,
@@ -569,6 +624,22 @@ def farm_env(request: pytest.FixtureRequest) -> FarmEnv:
     tmp.write_text(json.dumps(envdoc, indent=2))
     tmp.replace(results_dir / "environment.json")
     return env
+
+
+def choose_partner(option: str, device: str) -> tuple[str, str]:
+    """("host" or "guest", why) for --partner on --device."""
+    if device != "emulated":
+        if option == "host":
+            raise SetupError(f"--partner host needs --device emulated, not {device}")
+        return "guest", f"--device {device}: the wire does not pass through ax88772-emu's host side"
+    if option == "guest":
+        return "guest", "--partner guest"
+    why = host_partner_unavailable()
+    if why is not None:
+        if option == "host":
+            raise SetupError(f"--partner host cannot run here: {why}")
+        return "guest", f"the host-side partner cannot run here: {why}"
+    return "host", "the host's stack in a network namespace on the emulator's tap"
 
 
 @pytest.fixture
@@ -613,6 +684,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
     emu: Emulator | None = None
     guest: Guest | None = None
     exporter: Exporter | None = None
+    partner: HostPartner | None = None
 
     def cleanup() -> None:
         if emu is not None:
@@ -627,6 +699,8 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
             exporter.stop()
         if emu is not None:
             emu.stop()
+        if partner is not None:
+            partner.destroy()
         shutil.rmtree(sockdir, ignore_errors=True)
 
     request.addfinalizer(cleanup)
@@ -638,13 +712,20 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
     if env.device in ("emulated", GADGET) and spec.usb:
         # The model, served to the guest directly or through the exporter.
         assert env.emulator is not None
-        emu = Emulator(env.emulator, sockdir, logdir, emulator_args)
+        if env.partner == "host" and env.device == "emulated":
+            partner = HostPartner(logdir)
+            partner.create()
+        emu = Emulator(env.emulator, sockdir, logdir, emulator_args, partner=partner)
         emu.start(timeout=30)
         started.append({"name": "ax88772-emu", "pid": emu.proc.pid, "argv": emu.argv})
+        if partner is not None:
+            started[-1]["netns"] = partner.ns
+            partner.configure()
         emu.ctl("pcap", action="start", path=str(logdir / "wire.pcap"), snaplen=PCAP_SNAPLEN)
     if emu is not None and env.device == "emulated":
         usb = ("unix", emu.usb_sock)
-        wire = (emu.partner_wire, emu.emu_wire)
+        # No partner NIC in the guest when the partner is the host's.
+        wire = None if partner is not None else (emu.partner_wire, emu.emu_wire)
     elif emu is not None and env.device == GADGET:
         exporter = Exporter(env.exporter_kernel(), env.guest_image, env.accel, logdir, emu.usb_sock)
         user = qemu_user()
@@ -692,7 +773,7 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
             HUNG_CAP,
             f"each command capped at {HUNG_CAP:.0f}s: {first} stopped answering earlier",
         )
-    farm = Farm(guest=guest, emu=emu, variant=variant, accel=env.accel)
+    farm = Farm(guest=guest, emu=emu, variant=variant, accel=env.accel, link_partner=partner)
     farm.exporter = exporter
     item._phyfarm_farm = farm
     try:
@@ -731,14 +812,27 @@ def variant(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def farm(request: pytest.FixtureRequest, farm_env: FarmEnv, variant: str) -> Farm:
+def farm(request: pytest.FixtureRequest, farm_env: FarmEnv, variant: str):
     """One guest of `variant` with one adapter, for this test only."""
     spec = BootSpec()
     for m in request.node.iter_markers("emulator"):
         spec.emulator_args += list(m.args)
     if request.node.get_closest_marker("no_network"):
         spec.network = False
-    return boot_farm(request, farm_env, variant, spec)
+    farm = boot_farm(request, farm_env, variant, spec)
+    yield farm
+    # Before boot_farm's clean-up stops the emulator (finalizers run last
+    # first): the wire's own record of the check.
+    if farm.emu is None or farm.emu.dead():
+        return
+    allowed = {a for m in request.node.iter_markers("expect_counters") for a in m.args}
+    bad = wire_faults(farm.emu.counters(), allowed)
+    if bad:
+        seen = ", ".join(f"{k} {v}" for k, v in bad.items())
+        raise CheckFailed(
+            f"the wire saw what a working driver never causes: {seen} "
+            f"(ax88772-emu's counters; emulator-final.json in the check's logs)"
+        )
 
 
 @pytest.fixture

@@ -36,11 +36,17 @@ def printable(s: str) -> str:
     return _CONTROL.sub("?", s)
 
 
+def partner_where(farm) -> str:
+    lp = getattr(farm, "link_partner", None)
+    if getattr(lp, "where", "") == "host":
+        return f"partner on the host in netns {lp.ns} (ip netns exec {lp.ns} ...)"
+    return f"partner {getattr(farm, 'partner_nic', '') or '(none)'} in the guest's netns partner"
+
+
 def banner(farm) -> str:
     return (
         f"phyfarm shell: {farm.variant} kernel, accelerator {farm.accel}; "
-        f"adapter {farm.dut or '(no interface)'}, partner {farm.partner or '(none)'} "
-        f"in netns partner\n"
+        f"adapter {farm.dut or '(no interface)'}, {partner_where(farm)}\n"
         f"console: {farm.guest.console}\n"
         "`:help` for the emulator's commands, `:quit` or end of input to leave.\n"
     )

@@ -591,6 +591,65 @@ def test_the_receivers_bytes_are_checked_against_the_emulators_wire_count():
     assert g.wire_bytes == 10_000_000 and g.claimed_bytes > g.wire_bytes
 
 
+class _LoggedHostPartner:
+    """A HostPartner whose iperf3 server log already holds `docs` (written
+    as iperf3 -s -J writes them) and then a partial one."""
+
+    def __new__(cls, tmp_path, docs):
+        from phyfarm_farm.partner import HostPartner
+
+        p = HostPartner(tmp_path)
+        log = tmp_path / "partner-iperf3.log"
+        log.write_text("".join(json.dumps(d, indent=2) + "\n" for d in docs) + '{\n  "start": {')
+
+        class _Logged:
+            name = "iperf3"
+            log_path = log
+
+        p.procs.append(_Logged())
+        return p
+
+
+def test_the_host_partners_records_are_its_own_output_whole_documents_only(tmp_path):
+    docs = [{"intervals": [1]}, {"intervals": [2]}]
+    p = _LoggedHostPartner(tmp_path, docs)
+    assert p.records("iperf3") == docs, "the partial third document is not one yet"
+    assert p.records("nobody") == []
+
+
+def test_with_the_host_as_partner_dut_to_partner_is_judged_on_the_hosts_record(
+    tmp_path, monkeypatch
+):
+    """The guest's iperf3 client passes the server's record on
+    (--get-server-output); with the host as partner the record read is the
+    host server's own output: a guest that forges the copy changes nothing."""
+    from phyfarm_farm.farm import Farm
+
+    one = {"seconds": 1.0, "bytes": 1e6, "bits_per_second": 8e6}
+    host_doc = {"intervals": [{"sum": {"start": float(i), **one}} for i in range(8)]}
+    partner = _LoggedHostPartner(tmp_path, [{"intervals": []}, host_doc])
+    # The guest says 11.5 MB a second; the host's server counted 1 MB.
+    farm = Farm(
+        guest=_IperfGuest(11.5e6),
+        emu=None,
+        variant="rust",
+        accel="tcg",
+        link_partner=partner,
+    )
+    farm.host_server_records = lambda: 1  # the test before this one
+    g = farm.tcp_goodput(seconds=8, reverse=False, skip=2.0)
+    assert g.claimed_bytes == 8e6, g  # not the 92 MB of the guest's copy
+    # No new record from the host: ERROR, never the guest's copy.
+    farm.host_server_records = lambda: 2
+    import phyfarm_farm.farm as farm_module
+    import pytest as _pytest
+    from phyfarm_farm.errors import AgentError
+
+    monkeypatch.setattr(farm_module, "HOST_RECORD_WAIT", 0.1)
+    with _pytest.raises(AgentError, match="host-side server"):
+        farm.tcp_goodput(seconds=8, reverse=False, skip=2.0)
+
+
 class _Cmd:
     def __init__(self, stdout="", stderr="", exit=0, timed_out=False):
         self.stdout, self.stderr, self.exit, self.timed_out = stdout, stderr, exit, timed_out
@@ -813,3 +872,22 @@ def test_with_an_emulator_the_throughput_samples_are_the_wires():
     assert g.sampled == "wire" and 1 <= len(g.samples) <= 3, g.samples
     assert all(abs(x - 91.2) < 1.0 for x in g.samples), g.samples
     assert g.claimed_bytes == 92e6 and g.wire_bytes > 0
+
+
+def test_the_wires_fault_counters_fail_a_check_unless_it_provokes_them():
+    from phyfarm_farm.plugin import WIRE_FAULTS, wire_faults
+
+    clean = {"ok": True, "counters": {k: 0 for k in WIRE_FAULTS} | {"tx_frames": 900}}
+    assert wire_faults(clean, set()) == {}
+    bad = {"ok": True, "counters": {"duplex_collisions": 12, "tx_errors": 1, "rx_overflow": 3}}
+    # rx_overflow is a slow guest, not a broken driver: never named.
+    assert wire_faults(bad, set()) == {"duplex_collisions": 12, "tx_errors": 1}
+    assert wire_faults(bad, {"duplex_collisions"}) == {"tx_errors": 1}
+    # The STALLs the MDIO fault injection asked for are not the driver's.
+    stalls = {"counters": {"control_stalls": 4, "mdio_faults_injected": 4}}
+    assert wire_faults(stalls, set()) == {}
+    stalls["counters"]["control_stalls"] = 5
+    assert wire_faults(stalls, set()) == {"control_stalls": 1}
+    # A reply of the wrong shape (a hostile or broken emulator) names nothing.
+    assert wire_faults({"counters": [1]}, set()) == {}
+    assert wire_faults({"counters": {"tx_errors": True}}, set()) == {}

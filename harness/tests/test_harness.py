@@ -109,7 +109,14 @@ def run_and_interrupt(tmp_path: Path, config, sig: int, started: str) -> list[di
                 os.kill(s["pid"], signal.SIGKILL)
         pytest.fail(f"pytest did not stop within 60 s of {signal.Signals(sig).name}")
     time.sleep(0.5)
-    return [s for s in started if alive(s["pid"], s["argv"][0])]
+    left = [s for s in started if alive(s["pid"], s["argv"][0])]
+    # The host-side partner's namespace goes with the run, unless the run
+    # was SIGKILLed (the next run sweeps it then).
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    mine = [line.split()[0] for line in spaces.splitlines() if f"phyfarm-{p.pid}-" in line]
+    if mine and sig != signal.SIGKILL:
+        left.append({"name": "netns", "argv": mine})
+    return left
 
 
 @pytest.mark.single_variant
@@ -206,3 +213,30 @@ def test_the_throughput_samples_are_the_emulators_own_count_of_the_wire(farm, va
     # the pacing's 10 ms of burst credit a second.
     most = 100.0 * TCP_GOODPUT_RATIO * 1.011
     assert all(0 < x <= most for x in g.samples), (g.samples, most)
+
+
+@pytest.mark.single_variant
+def test_the_partner_is_the_hosts_and_the_guest_has_none(farm, variant):
+    """With --device emulated as root, the far end of the wire is the host's
+    stack in a namespace of its own: the guest has no partner NIC, the
+    host answers its pings, and DUT-to-partner throughput is the host
+    iperf3 server's own record."""
+    from phyfarm_farm.partner import HostPartner, host_partner_unavailable
+
+    why = host_partner_unavailable()
+    if why is not None:
+        pytest.skip(f"the host-side partner cannot run here: {why}")
+    assert isinstance(farm.link_partner, HostPartner), farm.link_partner
+    nics = farm.guest.sh("ls /sys/bus/virtio/drivers/virtio_net/*/net 2>/dev/null; true")
+    assert nics.stdout.strip() == "", f"the guest has a partner NIC: {nics.stdout}"
+    assert farm.ping(count=3) == (3, 3)
+    ns = farm.link_partner.ns
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert ns in listed, listed
+    farm.start_iperf_server()
+    known = farm.host_server_records()
+    g = farm.tcp_goodput(seconds=4, reverse=False, skip=1.0)
+    docs = farm.link_partner.records("iperf3")
+    assert len(docs) == known + 1, f"{len(docs)} host records after {known}"
+    host_bytes = sum(float(i["sum"]["bytes"]) for i in docs[-1]["intervals"])
+    assert g.claimed_bytes == host_bytes > 0, (g, host_bytes)

@@ -23,7 +23,7 @@ import time
 
 import pytest
 from phyfarm_farm.errors import CheckFailed
-from phyfarm_farm.farm import IP, IPERF3, NETNS, PARTNER_IP, TCP_GOODPUT_RATIO
+from phyfarm_farm.farm import IP, IPERF3, PARTNER_IP, TCP_GOODPUT_RATIO
 from phyfarm_farm.guest import Splat, find_splats, phylib_error
 
 SEED = 772
@@ -111,10 +111,7 @@ class Phase:
 
 
 def bg_traffic_start(farm):
-    farm.guest.run(
-        [IP, "netns", "exec", NETNS, IPERF3, "-s", "-D", "-B", PARTNER_IP, "-p", BG_PORT],
-        timeout=20,
-    )
+    farm.link_partner.serve("iperf3-bg", [IPERF3, "-s", "-B", PARTNER_IP, "-p", BG_PORT])
     time.sleep(0.3)
     argv = [IPERF3, "-c", PARTNER_IP, "-p", BG_PORT, "-u", "-b", "20M", "-t", str(BG_SECONDS)]
     argv += ["--bidir", "-J"]

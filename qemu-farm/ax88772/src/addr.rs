@@ -9,8 +9,12 @@ use thiserror::Error;
 pub enum AddrError {
     #[error("'{0}': expected unix:PATH, a path with '/', or HOST:PORT")]
     Socket(String),
-    #[error("'{0}': expected none, stream:ADDR, stream-listen:ADDR or dgram:LOCAL,REMOTE")]
+    #[error(
+        "'{0}': expected none, stream:ADDR, stream-listen:ADDR, dgram:LOCAL,REMOTE or tap:IFNAME"
+    )]
     Wire(String),
+    #[error("'{0}': a tap interface name is 1 to 15 characters of [A-Za-z0-9_.-]")]
+    TapName(String),
     #[error("'{0}': local and remote must both be unix paths or both HOST:PORT")]
     MixedFamilies(String),
 }
@@ -70,6 +74,9 @@ pub enum WireSpec {
         local: SockAddr,
         remote: SockAddr,
     },
+    /// An existing tap interface of this network namespace (the link
+    /// partner is then the host kernel's stack in that namespace).
+    Tap(String),
 }
 
 impl FromStr for WireSpec {
@@ -84,6 +91,17 @@ impl FromStr for WireSpec {
         }
         if let Some(a) = s.strip_prefix("stream:") {
             return Ok(WireSpec::StreamConnect(a.parse()?));
+        }
+        if let Some(name) = s.strip_prefix("tap:") {
+            let ok = !name.is_empty()
+                && name.len() < 16
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+            if !ok || name == "." || name == ".." {
+                return Err(AddrError::TapName(s.to_string()));
+            }
+            return Ok(WireSpec::Tap(name.to_string()));
         }
         if let Some(a) = s.strip_prefix("dgram:") {
             let (l, r) = a
@@ -106,6 +124,7 @@ impl fmt::Display for WireSpec {
             WireSpec::StreamConnect(a) => write!(f, "stream:{a}"),
             WireSpec::StreamListen(a) => write!(f, "stream-listen:{a}"),
             WireSpec::Dgram { local, remote } => write!(f, "dgram:{local},{remote}"),
+            WireSpec::Tap(name) => write!(f, "tap:{name}"),
         }
     }
 }
@@ -145,5 +164,19 @@ mod tests {
             Err(AddrError::MixedFamilies(_))
         ));
         assert!("socket:x".parse::<WireSpec>().is_err());
+        assert_eq!("tap:pf0".parse(), Ok(WireSpec::Tap("pf0".into())));
+        assert_eq!(WireSpec::Tap("pf0".into()).to_string(), "tap:pf0");
+        for bad in [
+            "tap:",
+            "tap:sixteen-chars-xy",
+            "tap:a/b",
+            "tap:..",
+            "tap:a b",
+        ] {
+            assert!(
+                matches!(bad.parse::<WireSpec>(), Err(AddrError::TapName(_))),
+                "{bad}"
+            );
+        }
     }
 }

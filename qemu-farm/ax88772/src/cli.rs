@@ -27,7 +27,8 @@ Emulated ASIX AX88772A USB 2.0 Ethernet adapter for QEMU's usb-redir.
 
 The model speaks the usbredir protocol as the usb-host (the side that exports a
 device) to QEMU's `-device usb-redir`, and carries the adapter's Ethernet frames
-to a link partner over a QEMU `-netdev stream` or `-netdev dgram` socket.
+to a link partner over a QEMU `-netdev stream` or `-netdev dgram` socket, or
+an existing tap interface of its network namespace (--wire tap:IFNAME).
 
 QEMU listens, the model connects (recommended; the adapter appears on connect,
 disappears when the model exits):
@@ -83,7 +84,8 @@ pub struct Cli {
     /// seconds (at most 3600).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=MAX_CONNECT_TIMEOUT_S))]
     pub connect_timeout: u64,
-    /// Where Ethernet frames go (see above).
+    /// Where Ethernet frames go: none, stream:ADDR, stream-listen:ADDR,
+    /// dgram:LOCAL,REMOTE or tap:IFNAME (see above).
     #[arg(long, value_name = "SPEC", default_value = "none")]
     pub wire: WireSpec,
     /// Control socket (unix path) for JSON-line commands. It is created

@@ -22,4 +22,5 @@ pub mod pending;
 pub mod phy;
 pub mod server;
 pub mod splice;
+pub mod tap;
 pub mod wire;

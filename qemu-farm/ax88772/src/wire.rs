@@ -1,6 +1,7 @@
 //! The wire: Ethernet frames to and from the link partner over a QEMU
 //! `-netdev stream` (4-byte big-endian length, then the frame) or
-//! `-netdev dgram` (one frame per datagram) socket.
+//! `-netdev dgram` (one frame per datagram) socket, or a tap interface
+//! (`tap.rs`).
 
 use std::io::{self, Read, Write};
 use std::net::UdpSocket;
@@ -44,6 +45,7 @@ pub fn open(spec: &WireSpec) -> io::Result<Box<dyn Wire>> {
         WireSpec::StreamConnect(a) => Box::new(StreamWire::new(Some(a.clone()), None)),
         WireSpec::StreamListen(a) => Box::new(StreamWire::new(None, Some(Listener::bind(a)?))),
         WireSpec::Dgram { local, remote } => Box::new(DgramWire::bind(local, remote)?),
+        WireSpec::Tap(name) => Box::new(crate::tap::TapWire::attach(name)?),
     })
 }
 
