@@ -19,8 +19,10 @@
 #   setup-runner.sh --url https://github.com/OWNER/REPO \
 #       --runner-tarball actions-runner-linux-x64-X.Y.Z.tar.gz --runner-sha256 HEX \
 #       [--token-file FILE] [--name NAME] [--dir DIR] [--runner-group GROUP] \
-#       [--trusted] [--persistent [--no-service]]
+#       [--trusted --repo REPO --admin-token-file FILE] [--persistent [--no-service]]
 #   setup-runner.sh --check-only        prerequisites and `phyfarm doctor` only
+#   setup-runner.sh --policy-only ...   the checks of step 0 (role, group, public
+#                                       repository) for these arguments, then exit
 #
 # A trusted runner holds the store's credential, so nothing a pull request
 # runs may reach it, and labels alone do not ensure that (a workflow file
@@ -28,7 +30,14 @@
 # unless it registers at an organisation (--url https://github.com/ORG) into
 # a runner group of its own (--runner-group, not "Default"), which the
 # organisation restricts to the default branch's verdicts.yml and
-# pull-request-report.yml (README.md beside this file). And a host keeps one
+# pull-request-report.yml (README.md beside this file). The group's settings
+# are read through the GitHub API with --admin-token-file (a token that may
+# read the organisation's runner groups: admin:org, or a fine-grained one
+# with "Self-hosted runners: read") and the registration is refused unless
+# the group is not the default, is visible to --repo alone, and is
+# restricted to that repository's verdicts.yml and pull-request-report.yml
+# on a branch. The token goes to curl on its standard input, never on a
+# command line, and is never printed. And a host keeps one
 # role for good: the role is written to /etc/phyfarm-runner-role
 # ($PHYFARM_RUNNER_ROLE_FILE) at registration, and a trusted runner is
 # refused on a host that has run pull-request jobs, and the other way round.
@@ -45,15 +54,62 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 url="" token_file="" name="$(hostname)-phyfarm" dir="/opt/actions-runner"
-tarball="" sha256="" ephemeral=1 service=1 check_only=0
+tarball="" sha256="" ephemeral=1 service=1 check_only=0 policy_only=0
 labels="phyfarm" # config.sh adds self-hosted, Linux and X64 itself
 runner_user="phyfarm-runner"
-group=""
+group="" repo="" admin_token_file=""
 role="pull-request"
 role_file=${PHYFARM_RUNNER_ROLE_FILE:-/etc/phyfarm-runner-role}
 
 die() { echo "E: $*" >&2; exit 2; }
 info() { echo "I: $*" >&2; }
+
+# GET an API path of api.github.com with the admin token (read from FILE,
+# handed to curl on its standard input).
+gh_api() { # FILE PATH
+  local tok
+  tok=$(tr -d '[:space:]' < "$1")
+  [[ $tok =~ ^[A-Za-z0-9_]{20,255}$ ]] || die "--admin-token-file $1: not a GitHub token"
+  curl -fsS --max-time 20 --config - "https://api.github.com$2" <<<"header = \"Authorization: Bearer $tok\"
+header = \"Accept: application/vnd.github+json\"
+header = \"X-GitHub-Api-Version: 2022-11-28\""
+}
+
+# The trusted runners' group as the organisation configured it: refused
+# unless only REPO's default-branch verdicts and recording workflows can use it.
+check_group() { # ORG REPO GROUP TOKEN_FILE
+  local org=$1 repo=$2 group=$3 tf=$4 groups g id repos want bad
+  [ -r "$tf" ] || die "--admin-token-file $tf: cannot read it"
+  [[ $(tr -d '[:space:]' < "$tf") =~ ^[A-Za-z0-9_]{20,255}$ ]] || die "--admin-token-file $tf: not a GitHub token"
+  groups=$(gh_api "$tf" "/orgs/$org/actions/runner-groups?per_page=100") ||
+    die "cannot read $org's runner groups (GET /orgs/$org/actions/runner-groups): does the token have admin:org?"
+  g=$(jq -c --arg n "$group" 'first(.runner_groups[]? | select(.name == $n)) // empty' <<<"$groups" 2>/dev/null) || g=""
+  [ -n "$g" ] || die "runner group '$group': not among $org's runner groups"
+  [ "$(jq -r '.default' <<<"$g")" = "false" ] ||
+    die "runner group '$group' is $org's default group: every repository may use it"
+  [ "$(jq -r '.visibility' <<<"$g")" = "selected" ] ||
+    die "runner group '$group': visibility $(jq -r '.visibility' <<<"$g"), not \"selected\": give it $org/$repo only"
+  [ "$(jq -r '.restricted_to_workflows' <<<"$g")" = "true" ] ||
+    die "runner group '$group' is not restricted to selected workflows: restrict it to $org/$repo's verdicts.yml and pull-request-report.yml on the default branch"
+  want="$org/$repo/.github/workflows/"
+  bad=$(jq -r --arg p "$want" '
+    if (.selected_workflows | type) != "array" or (.selected_workflows | length) == 0 then "(none)"
+    else .selected_workflows[] | select(
+      (type != "string") or (startswith($p) | not) or
+      (.[($p | length):] | test("^(verdicts|pull-request-report)\\.yml@refs/heads/[A-Za-z0-9._/-]+$") | not))
+    end' <<<"$g")
+  [ -z "$bad" ] ||
+    die "runner group '$group' may run workflows other than $want{verdicts,pull-request-report}.yml@refs/heads/BRANCH: $(tr '\n' ' ' <<<"$bad")"
+  id=$(jq -r '.id' <<<"$g")
+  [[ $id =~ ^[0-9]{1,12}$ ]] || die "runner group '$group': no id in the API's answer"
+  repos=$(gh_api "$tf" "/orgs/$org/actions/runner-groups/$id/repositories?per_page=100") ||
+    die "cannot read the repositories of runner group '$group' (GET /orgs/$org/actions/runner-groups/$id/repositories)"
+  bad=$(jq -r --arg r "$org/$repo" '[.repositories[]?.full_name] | if . == [$r] then empty elif length == 0 then "no repository" else join(", ") end' <<<"$repos" 2>/dev/null) ||
+    bad="(unreadable)"
+  [ -z "$bad" ] ||
+    die "runner group '$group' is open to $bad, not to $org/$repo alone"
+  info "runner group '$group': $org/$repo only, restricted to its verdicts and recording workflows"
+}
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -67,8 +123,11 @@ while [ $# -gt 0 ]; do
     --persistent) ephemeral=0; shift ;;
     --trusted) labels="phyfarm-trusted"; role="trusted"; shift ;;
     --runner-group) group=${2:?}; shift 2 ;;
+    --repo) repo=${2:?}; shift 2 ;;
+    --admin-token-file) admin_token_file=${2:?}; shift 2 ;;
     --no-service) service=0; shift ;;
     --check-only) check_only=1; shift ;;
+    --policy-only) policy_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
@@ -95,6 +154,11 @@ if [ "$check_only" -eq 0 ]; then
       die "--trusted needs --runner-group GROUP: a group of its own, restricted to the default branch's verdicts.yml and pull-request-report.yml (see README.md beside this script)"
     [ "${group,,}" != "default" ] ||
       die "--runner-group Default: every repository's jobs may use the Default group; give the trusted runners a group of their own"
+    [[ $repo =~ ^[A-Za-z0-9_.-]{1,100}$ ]] ||
+      die "--trusted needs --repo REPO: the repository (of the organisation) whose verdicts.yml and pull-request-report.yml the group runs"
+    [ -n "$admin_token_file" ] ||
+      die "--trusted needs --admin-token-file FILE: a token that may read $url's runner groups (admin:org, or fine-grained \"Self-hosted runners: read\"), to check the group before registering"
+    check_group "${url#https://github.com/}" "$repo" "$group" "$admin_token_file"
   fi
 fi
 
@@ -109,6 +173,11 @@ if [ "$ephemeral" -eq 0 ] && [ "$check_only" -eq 0 ]; then
   private=$(jq -r '.private' <<<"$meta" 2>/dev/null || echo unknown)
   [ "$private" = "true" ] ||
     die "persistent runners are refused for public repositories (${BASH_REMATCH[1]}/${BASH_REMATCH[2]} is public): register an ephemeral runner (the default)"
+fi
+
+if [ "$policy_only" -eq 1 ]; then
+  info "policy: a $role runner for $url may be registered on this host"
+  exit 0
 fi
 
 # 1. Host prerequisites: podman, runc, mmdebstrap, QEMU, the Python venv.

@@ -108,3 +108,134 @@ def test_a_host_never_changes_role(tmp_path, had, args):
     assert f"this host already runs a {had} runner ({role})" in p.stderr, p.stderr
     assert "host prerequisites" not in p.stderr
     assert role.read_text() == had + "\n"
+
+
+#: The organisation's runner groups as GET /orgs/o/actions/runner-groups
+#: returns them (the shape of GitHub's documented response).
+GROUPS = {
+    "total_count": 2,
+    "runner_groups": [
+        {
+            "id": 1,
+            "name": "Default",
+            "visibility": "all",
+            "default": True,
+            "allows_public_repositories": False,
+            "restricted_to_workflows": False,
+            "selected_workflows": [],
+        },
+        {
+            "id": 7,
+            "name": "phyfarm-trusted",
+            "visibility": "selected",
+            "default": False,
+            "selected_repositories_url": "https://api.github.com/orgs/o/actions/runner-groups/7/repositories",
+            "allows_public_repositories": False,
+            "restricted_to_workflows": True,
+            "selected_workflows": [
+                "o/r/.github/workflows/verdicts.yml@refs/heads/main",
+                "o/r/.github/workflows/pull-request-report.yml@refs/heads/main",
+            ],
+        },
+    ],
+}
+
+
+def run_trusted(tmp_path: Path, groups: dict, repos: list[str], token="ghp_" + "a" * 36):
+    """setup-runner.sh --trusted against a stand-in for the API that answers
+    the runner groups and the group's repositories by path."""
+    import json
+
+    if os.geteuid() != 0:
+        pytest.skip("setup-runner.sh only runs as root")
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (tmp_path / "groups.json").write_text(json.dumps(groups))
+    repo_doc = {"total_count": len(repos), "repositories": [{"full_name": r} for r in repos]}
+    (tmp_path / "repos.json").write_text(json.dumps(repo_doc))
+    # The token arrives on standard input (curl --config -), never in argv.
+    curl = fake / "curl"
+    curl.write_text(
+        "#!/bin/sh\n"
+        f'cat > "{tmp_path}/curl-stdin"; echo "$@" >> "{tmp_path}/curl-argv"\n'
+        'case "$*" in\n'
+        f'  */runner-groups/7/repositories*) cat "{tmp_path}/repos.json" ;;\n'
+        f'  */actions/runner-groups*) cat "{tmp_path}/groups.json" ;;\n'
+        "  *) exit 22 ;;\n"
+        "esac\n"
+    )
+    curl.chmod(0o755)
+    tf = tmp_path / "token"
+    tf.write_text(token + "\n")
+    role = tmp_path / "role"
+    args = ["--trusted", "--url", "https://github.com/o", "--runner-group", "phyfarm-trusted"]
+    args += ["--repo", "r", "--admin-token-file", str(tf), "--policy-only"]
+    p = subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            **os.environ,
+            "PATH": f"{fake}:{os.environ['PATH']}",
+            "PHYFARM_RUNNER_ROLE_FILE": str(role),
+        },
+    )
+    return p, tmp_path
+
+
+def group_with(**changes) -> dict:
+    import copy
+
+    g = copy.deepcopy(GROUPS)
+    g["runner_groups"][1].update(changes)
+    return g
+
+
+@pytest.mark.parametrize(
+    ("groups", "repos", "says"),
+    [
+        (group_with(name="other"), ["o/r"], "runner group 'phyfarm-trusted': not among o's"),
+        (group_with(default=True), ["o/r"], "is o's default group"),
+        (group_with(visibility="all"), ["o/r"], 'visibility all, not "selected"'),
+        (group_with(restricted_to_workflows=False), ["o/r"], "is not restricted to selected"),
+        (group_with(selected_workflows=[]), ["o/r"], "may run workflows other than"),
+        (
+            group_with(
+                selected_workflows=["o/r/.github/workflows/pull-request.yml@refs/heads/main"]
+            ),
+            ["o/r"],
+            "pull-request.yml@refs/heads/main",
+        ),
+        (
+            group_with(
+                selected_workflows=["o/other/.github/workflows/verdicts.yml@refs/heads/main"]
+            ),
+            ["o/r"],
+            "o/other/.github/workflows/verdicts.yml",
+        ),
+        (GROUPS, ["o/r", "o/forks-welcome"], "is open to o/r, o/forks-welcome, not to o/r alone"),
+        (GROUPS, [], "is open to no repository"),
+    ],
+)
+def test_a_trusted_runners_group_is_checked_through_the_api(tmp_path, groups, repos, says):
+    """The group's own settings, read with the admin token: a group open to
+    other repositories or workflows is refused before anything is installed,
+    and the token never reaches a command line."""
+    p, d = run_trusted(tmp_path, groups, repos)
+    assert p.returncode == 2, p.stderr
+    assert says in p.stderr, p.stderr
+    assert not (d / "role").exists()
+    assert "ghp_" not in (d / "curl-argv").read_text()
+    assert "Authorization: Bearer ghp_" in (d / "curl-stdin").read_text()
+
+
+def test_a_well_kept_group_passes_the_check_and_a_bad_token_is_named(tmp_path):
+    p, d = run_trusted(tmp_path, GROUPS, ["o/r"])
+    assert p.returncode == 0, p.stderr
+    assert "runner group 'phyfarm-trusted': o/r only" in p.stderr, p.stderr
+    assert "policy: a trusted runner for https://github.com/o may be registered" in p.stderr
+    assert "host prerequisites" not in p.stderr
+    (tmp_path / "b").mkdir()
+    p, _ = run_trusted(tmp_path / "b", GROUPS, ["o/r"], token="x;$(id)")
+    assert p.returncode == 2 and "not a GitHub token" in p.stderr, p.stderr
