@@ -481,6 +481,20 @@ pub fn import_all(
     Ok(out)
 }
 
+/// What a farm run's environment says of its guests, a line each: the
+/// accelerator and the link partner, each with why.
+pub fn environment_lines(env: &BTreeMap<String, serde_json::Value>) -> Vec<String> {
+    let s = |k: &str| env.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+    [("accelerator", "accel"), ("link partner", "partner")]
+        .into_iter()
+        .filter(|(_, k)| !s(k).is_empty())
+        .map(|(what, k)| match s(&format!("{k}_reason")) {
+            "" => format!("{what}: {}", s(k)),
+            why => format!("{what}: {} ({why})", s(k)),
+        })
+        .collect()
+}
+
 /// The accelerator a farm run names (`kvm` or `tcg`), else "".
 fn accel_of(r: &FarmResults) -> String {
     r.environment

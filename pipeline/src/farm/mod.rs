@@ -2,6 +2,7 @@
 //! phyfarm_farm pytest plugin in harness/) on a build's outputs, then print
 //! a summary table from the run's results.json.
 
+pub mod child;
 pub mod contract;
 pub mod record;
 pub mod repro;
@@ -9,7 +10,7 @@ pub mod repro;
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
 
@@ -322,9 +323,7 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
     ));
     // pytest's own report goes to stderr: stdout carries the summary only.
     let err = std::io::stderr().as_fd().try_clone_to_owned()?;
-    let mut pytest = Command::new(&argv[0]);
-    ends_with_this_thread(&mut pytest);
-    let status = pytest
+    let status = child::ending_with_this_thread(&argv[0])
         .args(&argv[1..])
         .current_dir(&paths.repo)
         .env("PHYFARM_CACHE", &paths.cache)
@@ -346,13 +345,8 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
     let table = summary_table(&results);
     std::fs::write(out.join("summary.txt"), &table)?;
     print!("{table}");
-    if let Some(a) = results.environment.get("accel") {
-        info(&format!("accelerator: {a}"));
-    }
-    if let Some(p) = results.environment.get("partner").and_then(|p| p.as_str()) {
-        let why = results.environment.get("partner_reason");
-        let why = why.and_then(|w| w.as_str()).unwrap_or_default();
-        info(&format!("link partner: {p} ({why})"));
+    for line in contract::environment_lines(&results.environment) {
+        info(&line);
     }
     let mut o = outcome(&results);
     if o == Outcome::Pass && !matches!(status.code(), Some(0)) {
@@ -364,52 +358,9 @@ pub fn test(paths: &Paths, opts: &TestOptions, reproducer: &str) -> Result<Outco
     Ok(o)
 }
 
-/// The child gets SIGTERM when the thread that starts it ends, however
-/// that happens: a SIGINT or SIGKILL sent to phyfarm alone (not to its
-/// process group, as a terminal's Ctrl-C is) otherwise left pytest, and with
-/// it every guest and emulator, running. The harness ends its own children
-/// on SIGTERM.
-pub fn ends_with_this_thread(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: getpid is async-signal-safe; `parent` is a plain integer.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: prctl, getppid and raise are async-signal-safe, and the
-    // closure touches nothing but its copy of `parent`.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent ended before the call: nobody would send it now.
-            if libc::getppid() != parent {
-                libc::raise(libc::SIGTERM);
-            }
-            Ok(())
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_child_ends_with_the_thread_that_started_it() {
-        use std::os::unix::process::ExitStatusExt;
-        // The thread starts `sleep` and ends without waiting, as phyfarm
-        // does when it is killed: the child must not stay.
-        let child = std::thread::spawn(|| {
-            let mut cmd = Command::new("sleep");
-            cmd.arg("30");
-            ends_with_this_thread(&mut cmd);
-            cmd.spawn().unwrap()
-        })
-        .join()
-        .unwrap();
-        let mut child = child;
-        let status = child.wait().unwrap();
-        assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
-    }
 
     fn results(statuses: &[&str]) -> Results {
         Results {

@@ -358,3 +358,25 @@ fn a_duplicate_among_thousands_of_kunit_cases_is_still_found() {
         "{e}"
     );
 }
+
+#[test]
+fn the_run_says_which_accelerator_and_which_link_partner_and_why() {
+    let env: BTreeMap<String, serde_json::Value> = serde_json::from_value(json!({
+        "accel": "tcg", "accel_reason": "KVM cannot run a guest here",
+        "partner": "host", "partner_reason": "the host's stack on the emulator's tap",
+        "qemu": "QEMU emulator version 7.2",
+    }))
+    .unwrap();
+    assert_eq!(
+        environment_lines(&env),
+        [
+            "accelerator: tcg (KVM cannot run a guest here)",
+            "link partner: host (the host's stack on the emulator's tap)",
+        ]
+    );
+    // A run from before the partner was recorded, or a value of the wrong
+    // type, says nothing of it.
+    let old: BTreeMap<String, serde_json::Value> =
+        serde_json::from_value(json!({"accel": "kvm", "partner": 3})).unwrap();
+    assert_eq!(environment_lines(&old), ["accelerator: kvm"]);
+}
