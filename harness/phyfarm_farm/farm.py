@@ -425,7 +425,7 @@ END
             d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
         after = wire_count(self.emu.counters(), key) if self.emu is not None else None
         side = d if reverse else d.get("server_output_json")
-        if not reverse and isinstance(self.link_partner, HostPartner):
+        if not reverse and not self.partner_in_guest:
             # The receiver is the host's iperf3: its own record, from its own
             # output, never the copy the guest's client passes on.
             side = self.host_server_record(known)
@@ -436,7 +436,7 @@ END
                     ""
                     if reverse
                     else " (the host-side server's output)"
-                    if isinstance(self.link_partner, HostPartner)
+                    if not self.partner_in_guest
                     else " (the server's, --get-server-output)"
                 )
             )

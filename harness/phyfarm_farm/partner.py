@@ -46,11 +46,15 @@ _count = 0
 _live: set[str] = set()
 
 
+def _netns_del(name: str) -> None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([IP, "netns", "del", name], capture_output=True, timeout=20)
+    _live.discard(name)
+
+
 def _delete_live() -> None:
     for ns in list(_live):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([IP, "netns", "del", ns], capture_output=True, timeout=10)
-        _live.discard(ns)
+        _netns_del(ns)
 
 
 atexit.register(_delete_live)
@@ -75,7 +79,7 @@ def sweep_stale_namespaces() -> list[str]:
         for name in os.listdir("/run/netns"):
             m = _NS_NAME.match(name)
             if m and not Path(f"/proc/{m.group(1)}").exists():
-                subprocess.run([IP, "netns", "del", name], capture_output=True, timeout=10)
+                _netns_del(name)
                 gone.append(name)
     return gone
 
@@ -105,15 +109,16 @@ class HostPartner:
         self.created = True
         _live.add(self.ns)
         # No IPv6 (router and neighbour solicitations would share the wire
-        # with what the checks count): set before the tap exists.
-        for key in ("all", "default"):
-            r = self.run(["sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1"], timeout=10)
-            if r.exit != 0:
-                raise SetupError(f"host partner: no IPv6 in {self.ns}: {r.describe()}")
-        # Unprivileged ICMP sockets for nobody's pings, in this namespace only.
-        r = self.run(["sysctl", "-qw", "net.ipv4.ping_group_range=65534 65534"], timeout=10)
+        # with what the checks count), set before the tap exists; unprivileged
+        # ICMP sockets for nobody's pings. Both in this namespace only.
+        sysctls = [
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+            "net.ipv4.ping_group_range=65534 65534",
+        ]
+        r = self.run(["sysctl", "-qw", *sysctls], timeout=10)
         if r.exit != 0:
-            raise SetupError(f"host partner: ping_group_range in {self.ns}: {r.describe()}")
+            raise SetupError(f"host partner: sysctl in {self.ns}: {r.describe()}")
         self._ip("link", "set", "lo", "up")
         self._ip("tuntap", "add", "dev", TAP, "mode", "tap")
 
@@ -184,9 +189,8 @@ class HostPartner:
         for p in self.procs:
             p.stop()
         if self.created:
-            subprocess.run([IP, "netns", "del", self.ns], capture_output=True, timeout=20)
+            _netns_del(self.ns)
             self.created = False
-            _live.discard(self.ns)
 
 
 class GuestPartner:

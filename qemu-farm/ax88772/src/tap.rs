@@ -31,8 +31,12 @@ pub struct TapWire {
 
 impl TapWire {
     pub fn attach(name: &str) -> io::Result<TapWire> {
-        let exists = std::path::Path::new("/sys/class/net").join(name).exists();
-        if !exists {
+        // Asked of this process's network namespace itself (a /sys mounted
+        // for another namespace would answer for that one).
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "tap: NUL in the name"))?;
+        // SAFETY: `cname` is a valid NUL-terminated string for the call.
+        if unsafe { libc::if_nametoindex(cname.as_ptr()) } == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("tap:{name}: no such interface in this network namespace"),
