@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from executor import Executor
 
 from conftest import REPO
@@ -68,10 +69,21 @@ class Origin:
         git(root, "init", "--quiet", "--bare", "-b", "main", str(self.bare))
         git(self.bare, "config", "uploadpack.allowAnySHA1InWant", "true")
         git(root, "init", "--quiet", "-b", "main", str(work))
-        # phyfarm knows its repository (PHYFARM_REPO) by its containers/
-        # and kconfig fragments.
-        for top in (".github", "containers", "pipeline/kconfig"):
-            shutil.copytree(REPO / top, work / top)
+        # The whole repository as committed (and as edited, when a test runs
+        # on a work tree): the trusted record job builds and runs the farm
+        # from its checkout. The series folders are the origin's own.
+        files = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        ).stdout.split(b"\0")
+        for f in (x.decode() for x in files if x):
+            src = REPO / f
+            if f.startswith("patches/") or not src.is_file() or src.is_symlink():
+                continue
+            (work / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, work / f)
         series = work / "patches" / SERIES
         series.mkdir(parents=True)
         manifest = (REPO / "patches" / SERIES / "series.toml").read_text()
@@ -129,19 +141,34 @@ def origin(tmp_path_factory) -> Origin:
 
 @pytest.fixture(scope="module")
 def binaries(phyfarm, tmp_path_factory) -> Path:
-    """A `cargo` that installs the phyfarm under test (and the dashboard
-    binary beside it) where `cargo build -p phyfarm` leaves it."""
+    """A `cargo` that installs, where `cargo build` would leave them, the
+    binaries under test: the phyfarm (and the dashboard binary beside it)
+    for `-p phyfarm`, and for `--bin NAME` (the emulator, the guest's agent)
+    this checkout's build of NAME for the same profile and target."""
     stubs = tmp_path_factory.mktemp("stubs")
-    dashboard = phyfarm.binary.with_name("phyfarm-dashboard")
-    lines = [
-        "#!/bin/sh",
-        "set -e",
-        "mkdir -p target/debug",
-        f"cp '{phyfarm.binary}' target/debug/phyfarm",
-    ]
+    script = f"""#!/usr/bin/env python3
+import shutil, sys
+from pathlib import Path
+args = sys.argv[1:]
+assert args[0] == "build", args
+def opt(name):
+    return args[args.index(name) + 1] if name in args else None
+if opt("-p") == "phyfarm":
+    pairs = [(Path({str(phyfarm.binary)!r}), Path("target/debug/phyfarm"))]
+    dashboard = Path({str(phyfarm.binary.with_name("phyfarm-dashboard"))!r})
     if dashboard.exists():
-        lines.append(f"cp '{dashboard}' target/debug/phyfarm-dashboard")
-    (stubs / "cargo").write_text("\n".join(lines) + "\n")
+        pairs.append((dashboard, Path("target/debug/phyfarm-dashboard")))
+else:
+    rel = Path(*([opt("--target")] if opt("--target") else []))
+    rel = rel / ("release" if "--release" in args else "debug") / opt("--bin")
+    pairs = [(Path({str(REPO / "target")!r}) / rel, Path("target") / rel)]
+for src, dest in pairs:
+    if not src.is_file():
+        sys.exit(f"cargo (test stub): {{src}} is not built")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest)
+"""
+    (stubs / "cargo").write_text(script)
     (stubs / "cargo").chmod(0o755)
     return stubs
 
@@ -261,9 +288,10 @@ class Fleet:
     def env_phyfarm(self) -> str:
         return os.environ.get("PHYFARM_BIN", str(REPO / "target/debug/phyfarm"))
 
-    def trusted_record(self, pr: Executor, author: str) -> dict:
+    def trusted_record(self, pr: Executor, author: str, cache: Path | None = None) -> dict:
         """pull-request-report.yml's record job for that run, on the
-        trusted runner (PHYFARM_STORE is the fleet's)."""
+        trusted runner (PHYFARM_STORE is the fleet's; `cache` its phyfarm
+        cache, this scenario's own, empty one by default)."""
         event = {
             "workflow_run": {
                 "id": 4242,
@@ -280,10 +308,32 @@ class Fleet:
             event=event,
             sha=self.origin.main,
             artifacts=pr.artifacts,
-            env={**self.env, "PHYFARM_STORE": str(self.store)},
+            env={
+                **self.env,
+                "PHYFARM_STORE": str(self.store),
+                **({"PHYFARM_CACHE": str(cache)} if cache else {}),
+            },
         )
+        self.report = report
         # `report` posts a neutral check with github-script: GitHub only.
         return report.run(["record"])
+
+    def seed_v8(self, tmp: Path) -> None:
+        """The store as the maintainers' v8 left it: the real run's results
+        recorded as the pull-request matrix uploads them (`phyfarm record`,
+        not the workflow: the scenarios that start from it test what comes
+        after)."""
+        parts = tmp / "seed"
+        split_real_run(parts, f"{SERIES}-v8")
+        args = [f"--build={d}" for d in sorted(parts.glob("build-*/*"))]
+        args += [f"--farm={d}" for d in sorted(parts.glob("farm-*/*"))]
+        args += [f"--base-farm={d}" for d in sorted(parts.glob("basefarm-*/*"))]
+        p = self.phyfarm(
+            "record", "--series", str(REPO / "patches" / SERIES / "v8"),
+            "-o", str(tmp / "seed-out"), *args,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert self.verdict(f"{SERIES}/v8")["state"] == "awaiting-review"
 
     def phyfarm(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -365,36 +415,26 @@ def dump(fleet: Fleet) -> str:
         return "\n".join(con.iterdump())
 
 
-def test_a_maintainers_revision_is_recorded_with_the_identity_phyfarm_parsed(fleet, origin):
-    pr = fleet.pull_request(1, origin.pr1)
-    collect = pr.results["collect"]
-    summary = (pr.artifacts / "phyfarm-summary" / "summary.md").read_text()
-    assert f"{SERIES}/v8" in summary, collect.text()
-    jobs = fleet.trusted_record(pr, MAINTAINER)
-    record = jobs["record"]
-    parsed = json.loads(
-        subprocess.run(
-            [
-                fleet.env_phyfarm(),
-                "series",
-                "show",
-                "--json",
-                str(REPO / "patches" / SERIES / "v8"),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+def shared_cache() -> Path:
+    """The phyfarm cache `make test` uses (the kernel source, the base's
+    builds, the images): the trusted runner's cache of these scenarios."""
+    if os.environ.get("PHYFARM_CACHE"):
+        return Path(os.environ["PHYFARM_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "phyfarm"
+
+
+@pytest.fixture(scope="module")
+def emulator_built() -> None:
+    """The emulator's release build of this checkout, which the trusted
+    run's `cargo build --release -p ax88772` installs (see `binaries`)."""
+    p = subprocess.run(
+        ["cargo", "build", "--quiet", "--release", "-p", "ax88772", "--bin", "ax88772-emu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert recorded_revisions(fleet) == [(SERIES, 8, parsed["patchset_hash"])], record.text()
-    v = fleet.verdict(f"{SERIES}/v8")
-    # The revision run and its base run, together.
-    assert len(v["runs"]) == 1 and v["base_run"], v
-    # Compared with the base's farm of the same build: every planned check
-    # reported and judged, so the revision awaits review and the job passes.
-    assert v["state"] == "awaiting-review", (v["reason"], record.text())
-    assert record.conclusion == "success", record.text()
-    assert pr.results["collect"].conclusion == "success", pr.results["collect"].text()
+    assert p.returncode == 0, p.stderr
 
 
 def forge_series_build(artifacts: Path) -> None:
@@ -420,6 +460,53 @@ def forge_results_verdict(artifacts: Path) -> None:
     f.write_text(json.dumps(doc))
 
 
+def forge_everything(artifacts: Path) -> None:
+    for forge in (forge_series_build, forge_results_counts, forge_results_verdict):
+        forge(artifacts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fleet", ["postgres"], indirect=True)
+def test_the_trusted_runner_builds_and_tests_the_revision_itself(
+    fleet, origin, podman, emulator_built
+):
+    """A maintainer's pull request adding v8, whose run uploaded forged
+    artifacts: the trusted record job reads none of them. It parses the
+    patches, builds the revision and the base, runs the whole farm plan
+    on its own kernels and records that, in the fleet's PostgreSQL store.
+    (One store: the run takes minutes; SQLite takes the same path in
+    `make run`.)"""
+    pr = fleet.pull_request(1, origin.pr1, forge=forge_everything)
+    # The pull request's own run refuses its forged artifacts.
+    assert pr.results["collect"].conclusion == "failure", pr.results["collect"].text()
+    record = fleet.trusted_record(pr, MAINTAINER, cache=shared_cache())["record"]
+    v8 = REPO / "patches" / SERIES / "v8"
+    parsed = json.loads(
+        subprocess.run(
+            [fleet.env_phyfarm(), "series", "show", "--json", str(v8)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert recorded_revisions(fleet) == [(SERIES, 8, parsed["patchset_hash"])], record.text()
+    v = fleet.verdict(f"{SERIES}/v8")
+    # Every planned check reported and judged against the base measured
+    # here: the revision awaits review and the job passes.
+    assert v["state"] == "awaiting-review", (v["reason"], record.text())
+    assert record.conclusion == "success", record.text()
+    # What the store holds is this runner's run: its run id and results
+    # are those the job's `phyfarm run` wrote, not the pull request's.
+    ws = fleet.report.root / "runner" / "pull-request-report" / "record-0"
+    own = json.loads((ws / "records" / f"{SERIES}-v8" / "results.json").read_text())
+    base = json.loads((ws / "records" / f"{SERIES}-v8" / "results-base.json").read_text())
+    assert (v["runs"], v["base_run"]) == ([own["id"]], base["id"]), v
+    probes = [c for c in v["checks"] if c["path"].startswith("farm.probe")]
+    assert probes and {c["status"] for c in probes} == {"PASS"}, probes
+    assert "farm.link_flap" in {c["path"].split("[")[0] for c in v["checks"]}, v["checks"]
+    assert "I: link partner:" in record.text(), record.text()
+
+
 @pytest.mark.parametrize(
     ("forge", "names"),
     [
@@ -429,33 +516,42 @@ def forge_results_verdict(artifacts: Path) -> None:
     ],
     ids=["series-build.json", "results.json-counts", "results.json-field"],
 )
-def test_a_forged_artifact_is_refused_and_nothing_is_recorded(fleet, origin, forge, names):
-    before = dump(fleet)
+def test_a_forged_artifact_fails_the_pull_requests_own_run(fleet, origin, forge, names):
+    """The pull request's summary is built from its artifacts: a forged one
+    is refused there, naming the file and field (the trusted side never
+    reads them: test_the_trusted_runner_builds_and_tests_the_revision_itself)."""
     pr = fleet.pull_request(1, origin.pr1, forge=forge)
-    # The pull request's own run fails too: its collect step does not
-    # swallow the refusal.
-    assert pr.results["collect"].conclusion == "failure", pr.results["collect"].text()
-    record = fleet.trusted_record(pr, MAINTAINER)["record"]
-    assert record.conclusion == "failure", record.text()
-    assert names in record.text(), record.text()
-    assert dump(fleet) == before, "a refused artifact changed the store"
+    collect = pr.results["collect"]
+    assert collect.conclusion == "failure", collect.text()
+    assert names in collect.text(), collect.text()
 
 
-def test_a_stranger_cannot_add_a_revision_to_a_series_they_do_not_own(fleet, origin):
-    # The maintainers' v8 is recorded first.
-    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
-    assert [r[:2] for r in recorded_revisions(fleet)] == [(SERIES, 8)]
+def test_the_trusted_record_job_reads_no_artifact_of_the_pull_requests_run():
+    wf = yaml.safe_load((WORKFLOWS / "pull-request-report.yml").read_text())
+    job = wf["jobs"]["record"]
+    uses = [s.get("uses", "").split("@")[0] for s in job["steps"]]
+    assert "actions/download-artifact" not in uses, uses
+    assert "actions" not in job.get("permissions", {}), job["permissions"]
+    script = "\n".join(s.get("run", "") for s in job["steps"])
+    assert '"$phyfarm" run "pr/$dir"' in script and "--owners-from patches" in script
+    assert "results/" not in script and " record " not in script, script
+
+
+def test_a_stranger_cannot_add_a_revision_to_a_series_they_do_not_own(fleet, origin, tmp_path):
+    fleet.seed_v8(tmp_path)
     before = dump(fleet)
     pr = fleet.pull_request(2, origin.pr2)
     record = fleet.trusted_record(pr, "mallory")["record"]
     assert record.conclusion == "failure", record.text()
     assert "owners: github:mallory is not an owner of series" in record.text(), record.text()
+    # Refused before anything was built: the runner's cache is untouched.
+    assert not (fleet.root / "cache" / "trees").exists(), record.text()
     assert dump(fleet) == before
     assert fleet.verdict(f"{SERIES}/v8")["state"] != "superseded"
 
 
-def test_a_series_whose_name_escapes_is_refused_naming_the_field(fleet, origin):
-    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+def test_a_series_whose_name_escapes_is_refused_naming_the_field(fleet, origin, tmp_path):
+    fleet.seed_v8(tmp_path)
     before = dump(fleet)
     pr = fleet.pull_request(3, origin.pr3)
     assert pr.results["collect"].conclusion == "failure", pr.results["collect"].text()
@@ -464,6 +560,26 @@ def test_a_series_whose_name_escapes_is_refused_naming_the_field(fleet, origin):
     assert 'series.toml: name "../../escape"' in record.text(), record.text()
     assert dump(fleet) == before
     assert not list(fleet.root.rglob("escape")), "something was written under the hostile name"
+
+
+def test_a_superseded_revision_is_refused_before_it_is_built(fleet, origin, tmp_path):
+    """The maintainer's pull request edits v7 once v8 is in the store."""
+    fleet.seed_v8(tmp_path)
+    before = dump(fleet)
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "--quiet", str(origin.bare), str(work))
+    patch = sorted((work / "patches" / SERIES / "v7").glob("*.patch"))[-1]
+    patch.write_text(patch.read_text() + "\n")
+    git(work, "commit", "--quiet", "-am", "v7, touched")
+    head = git(work, "rev-parse", "HEAD")
+    git(work, "push", "--quiet", "--force", str(origin.bare), "HEAD:refs/pull/4/head")
+    pr = fleet.pull_request(4, head)
+    record = fleet.trusted_record(pr, MAINTAINER)["record"]
+    assert record.conclusion == "failure", record.text()
+    want = f"{SERIES}/v7 is superseded by {SERIES}/v8 in the store"
+    assert want in record.text(), record.text()
+    assert not (fleet.root / "cache" / "trees").exists(), record.text()
+    assert dump(fleet) == before
 
 
 def gh_stub(stubs: Path, responses: dict[str, object]) -> None:
@@ -533,7 +649,7 @@ def verdicts_run(fleet: Fleet, origin: Origin, run: str) -> dict:
 
 
 def test_a_maintainers_nack_on_a_force_pushed_commit_is_recorded_once(fleet, origin, tmp_path):
-    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+    fleet.seed_v8(tmp_path)
     stubs = Path(fleet.env["PATH"].split(":")[0])
     gh_stub(
         stubs,
@@ -566,10 +682,12 @@ def test_a_maintainers_nack_on_a_force_pushed_commit_is_recorded_once(fleet, ori
 
 
 @pytest.mark.parametrize("merged", [False, True], ids=["closed", "merged"])
-def test_a_pull_request_closed_without_being_merged_withdraws_its_revision(fleet, origin, merged):
+def test_a_pull_request_closed_without_being_merged_withdraws_its_revision(
+    fleet, origin, merged, tmp_path
+):
     """A closed pull request's revision is withdrawn (an objection, recorded
     once); a merged one's is not."""
-    fleet.trusted_record(fleet.pull_request(1, origin.pr1), MAINTAINER)
+    fleet.seed_v8(tmp_path)
     assert fleet.verdict(f"{SERIES}/v8")["state"] == "awaiting-review"
     stubs = Path(fleet.env["PATH"].split(":")[0])
     closed = "2026-12-05T10:00:00Z"

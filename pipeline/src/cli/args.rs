@@ -535,6 +535,16 @@ pub struct RunArgs {
     /// keeps them busy]
     #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: Option<u16>,
+    /// A pull request's revision on the trusted runner: the default
+    /// branch's patches/ folder. A series it holds (same folder, name or
+    /// change-id) gets revisions only from the `owners` of its series.toml
+    /// there (with --author), and a revision a newer one supersedes in the
+    /// store is refused; both before anything is built
+    #[arg(long, value_name = "DIR", requires = "author")]
+    pub owners_from: Option<PathBuf>,
+    /// Who opened the pull request, `github:<login>` (with --owners-from)
+    #[arg(long, value_name = "WHO", requires = "owners_from")]
+    pub author: Option<String>,
     #[command(flatten)]
     pub guest: GuestArgs,
 }

@@ -600,6 +600,7 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
             farm,
             checks: a.checks,
             fresh_base: a.fresh_base,
+            owners: a.owners_from.zip(a.author),
         },
     )
 }

@@ -44,6 +44,7 @@ pub const FARM_CHECKS: &[&str] = &[
     "farm.partner_limited[10half]",
     "farm.partner_limited[100half]",
     "farm.partner_limited[none]",
+    "farm.link_flap[forced_slow_reset]",
 ];
 /// The Rust KUnit doctests: one run, on a kernel of their own (rust only).
 pub const KUNIT_CHECK: &str = "farm.kunit";

@@ -154,6 +154,18 @@ pub fn base_key(
         opts.workers
     );
     field("options", options.as_bytes());
+    // What the harness's automatic link-partner choice depends on besides
+    // its own code (`host_partner_unavailable` in harness/phyfarm_farm/
+    // partner.py): base results measured with the guest's partner are not
+    // reused for a run that gets the host's, nor the other way round.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let partner = format!(
+        "root={root} tun={} ip={}",
+        Path::new("/dev/net/tun").exists(),
+        Path::new("/usr/bin/ip").exists()
+    );
+    field("partner", partner.as_bytes());
     // A given emulator is part of the farm as much as its sources are.
     if let Some(e) = &opts.emulator {
         field("emulator", &std::fs::read(e)?);

@@ -51,6 +51,9 @@ pub struct RunOptions {
     /// Run the base's checks even when an earlier run's results have the
     /// same key (see [`crate::farm::record::base_key`]).
     pub fresh_base: bool,
+    /// The default branch's `patches/` and the pull request's author: see
+    /// [`trust::admit`].
+    pub owners: Option<(PathBuf, String)>,
 }
 
 pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
@@ -64,6 +67,12 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         })?,
     };
     let s = crate::ingest::series::load(&dir)?;
+    // A pull request's revision on the trusted runner: refused before
+    // anything is built when its author does not own the series or a newer
+    // revision supersedes it.
+    if let Some(owners) = &opts.owners {
+        trust::admit(&opts.store, &dir, &s, Some(owners))?;
+    }
     let out = opts.out.clone().unwrap_or_else(|| {
         let name = dir
             .parent()
@@ -199,10 +208,7 @@ pub struct RecordParts {
 pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Outcome> {
     let dir = &parts.series;
     let parsed = crate::ingest::series::load(dir)?;
-    let name = record::series_name(dir)?;
-    if let Some((patches, author)) = &parts.owners {
-        trust::check_owner(patches, dir, &name, &parsed, author)?;
-    }
+    let name = trust::admit(store, dir, &parsed, parts.owners.as_ref())?;
     let mut merged: Option<series_build::SeriesBuild> = None;
     for b in &parts.builds {
         let file = RunFolder::new(b).series_build();
@@ -256,16 +262,6 @@ pub fn record_parts(out: &Path, store: &Path, parts: &RecordParts) -> Result<Out
     };
     let farm = import(&parts.farms)?;
     let farm_base = import(&parts.base_farms)?;
-    // A newer revision of the same change is recorded: this one is
-    // superseded and gets no new runs.
-    match crate::store::open(store, crate::store::OpenMode::Existing) {
-        Ok(st) => {
-            let info = crate::results::RevisionInfo::from_series(&name, &parsed);
-            trust::check_not_superseded(st.as_ref(), &info)?;
-        }
-        Err(crate::store::StoreError::Missing { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
     let started = crate::results::Timestamp::now();
     std::fs::create_dir_all(out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;

@@ -1,4 +1,5 @@
-//! The trusted side of `phyfarm record`. What a pull request's run uploaded
+//! The trusted side of `phyfarm record` and `phyfarm run --owners-from`.
+//! What a pull request's run uploaded
 //! (series-build.json, the farm's results.json) is evidence to check, never
 //! the source of a revision's identity: series name, version, patchset hash
 //! and patch-ids come from the `--series` folder phyfarm parsed itself, an
@@ -342,6 +343,29 @@ pub fn check_stored_run(file: &Path, run: &crate::results::Run) -> Result<(), Tr
         }
     }
     Ok(())
+}
+
+/// What the trusted side checks before it builds or records anything of a
+/// pull request's revision: the series name (`series.toml`'s, checked),
+/// the owners (with `owners`: the default branch's `patches/` and the
+/// author, `github:<login>`) and that no newer revision of the same change
+/// is in the store. Returns the series name.
+pub fn admit(
+    store: &Path,
+    dir: &Path,
+    parsed: &Series,
+    owners: Option<&(PathBuf, String)>,
+) -> anyhow::Result<String> {
+    let name = crate::run::record::series_name(dir)?;
+    if let Some((patches, author)) = owners {
+        check_owner(patches, dir, &name, parsed, author)?;
+    }
+    match crate::store::open(store, crate::store::OpenMode::Existing) {
+        Ok(st) => check_not_superseded(st.as_ref(), &RevisionInfo::from_series(&name, parsed))?,
+        Err(crate::store::StoreError::Missing { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(name)
 }
 
 /// Refuse runs of a revision a newer one of the same change supersedes.

@@ -303,10 +303,13 @@ fn the_default_families_are_the_farm_checks() {
         [
             "farm.link_flap[plain]",
             "farm.link_flap[reset_after_link_loss]",
+            "farm.link_flap[forced_slow_reset]",
             "farm.link_flap[plain]",
             "farm.link_flap[reset_after_link_loss]",
+            "farm.link_flap[forced_slow_reset]",
             "farm.differential.link_flap[plain]",
-            "farm.differential.link_flap[reset_after_link_loss]"
+            "farm.differential.link_flap[reset_after_link_loss]",
+            "farm.differential.link_flap[forced_slow_reset]"
         ]
     );
 }
@@ -350,11 +353,14 @@ fn a_duplicate_among_thousands_of_kunit_cases_is_still_found() {
     for i in 0..5000 {
         v.push(json!({"id": format!("farm.kunit.case_{i}"), "variant": "rust", "status": "PASS"}));
     }
+    let dup = v.len();
     v.push(json!({"id": "farm.kunit.case_17", "variant": "rust", "status": "PASS"}));
     write_results(d.path(), tests);
     let e = import(d.path(), &plan, None).unwrap_err().to_string();
     assert!(
-        e.contains("tests[5015].id \"farm.kunit.case_17\" is reported twice"),
+        e.contains(&format!(
+            "tests[{dup}].id \"farm.kunit.case_17\" is reported twice"
+        )),
         "{e}"
     );
 }

@@ -64,7 +64,8 @@ fn a_farm_result_that_contradicts_itself_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("results.json: counts:"), "{e}");
-    doc["counts"] = serde_json::json!({"PASS": 142, "FAIL": 1});
+    let n = doc["tests"].as_array().unwrap().len();
+    doc["counts"] = serde_json::json!({"PASS": n - 1, "FAIL": 1});
     std::fs::write(d.path().join("results.json"), doc.to_string()).unwrap();
     let e = check_farm(d.path(), &["rust", "c"])
         .unwrap_err()
