@@ -85,6 +85,43 @@ def wire_count(reply: dict, key: str) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
+#: partner -> DUT: the share of the payload the partner may send again
+#: (beyond one segment per frame the emulator dropped itself) before the
+#: DUT is said to lose frames after the wire. A healthy DUT on the lossless
+#: emulated wire retransmits nothing; a driver that drops RX frames costs
+#: the sender percents (4.6 % for one that drops every frame a bulk-in
+#: transfer cuts, patches/selftest/rx-split-dropped).
+AGAIN_MAX_SHARE = 0.005
+#: A retransmitted segment's payload at most (an Ethernet frame's).
+MAX_SEGMENT_BYTES = 1500
+
+
+def lost_after_the_wire(g: Goodput) -> str | None:
+    """partner -> DUT: the wire loses nothing, so what the partner had to
+    send again, beyond one segment for each frame the emulator dropped
+    itself, was lost in the DUT (its USB driver's RX path, the stack).
+    Counted on the host: the guest's word plays no part."""
+    if g.wire_dropped_frames is None or not g.wire_new_bytes or g.wire_again_bytes is None:
+        return None
+    lost = g.wire_again_bytes - MAX_SEGMENT_BYTES * g.wire_dropped_frames
+    if lost <= AGAIN_MAX_SHARE * g.wire_new_bytes:
+        return None
+    return (
+        f"tcp_rx: the partner sent {g.wire_again_bytes / 1e6:.2f} MB of the "
+        f"{g.wire_new_bytes / 1e6:.2f} MB payload again "
+        f"({g.wire_again_bytes / g.wire_new_bytes:.1%}), and ax88772-emu dropped "
+        f"{g.wire_dropped_frames} frames itself: frames were lost after the wire, in the "
+        "DUT's receive path (ax88772-emu's counters)"
+    )
+
+
+def wire_delta(before: dict, after: dict, key: str) -> int | None:
+    """How much one counter moved between two `counters` replies (None if
+    either lacks it)."""
+    a, b = wire_count(before, key), wire_count(after, key)
+    return b - a if a is not None and b is not None else None
+
+
 class WireSampler:
     """Reads one of the emulator's byte counters every `period` host seconds
     in a thread while the `with` block runs: the trusted side's own record
@@ -148,6 +185,27 @@ class Goodput:
     #: Where the samples were counted: "wire" (the emulator's byte count,
     #: host side, see wire_rates) or "receiver" (iperf3's intervals).
     sampled: str = "receiver"
+    #: TCP payload the emulator carried for the first time, and again
+    #: (retransmitted), over the run in the data's direction; frames the
+    #: emulator itself dropped on their way to the guest (None without it).
+    wire_new_bytes: int | None = None
+    wire_again_bytes: int | None = None
+    wire_dropped_frames: int | None = None
+
+
+#: The emulator's counters of frames it dropped on their way to the guest
+#: (a full FIFO, a closed RX gate, no link, an impairment, a bad FCS, ...):
+#: each may cost the sender one retransmission that is not the guest's doing.
+RX_DROP_COUNTERS = (
+    "rx_dropped_no_link",
+    "rx_dropped_gated",
+    "rx_overflow",
+    "rx_too_big_for_request",
+    "impair_dropped",
+    "rx_crc_errors",
+    "isolated_dropped",
+    "duplex_collision_drops",
+)
 
 
 def steady_goodput(intervals: list[dict], clock: float, skip: float = 1.0) -> Goodput:
@@ -418,12 +476,17 @@ END
         # wire), the wire's seconds agree to 0.01 %.
         key = "rx_bytes" if reverse else "tx_bytes"
         new = "rx_tcp_new_bytes" if reverse else "tx_tcp_new_bytes"
-        before = wire_count(self.emu.counters(), key) if self.emu is not None else None
+        again = "rx_tcp_again_bytes" if reverse else "tx_tcp_again_bytes"
+        counted = (key, new, again, *RX_DROP_COUNTERS)
+        c0 = self.emu.counters() if self.emu is not None else {}
+        before = wire_count(c0, key)
         known = self.host_server_records()
         sampler = WireSampler(self.emu, new) if self.emu is not None else None
         with sampler or contextlib.nullcontext():
             d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
-        after = wire_count(self.emu.counters(), key) if self.emu is not None else None
+        c1 = self.emu.counters() if self.emu is not None else {}
+        after = wire_count(c1, key)
+        moved = {k: wire_delta(c0, c1, k) for k in counted}
         side = d if reverse else d.get("server_output_json")
         if not reverse and not self.partner_in_guest:
             # The receiver is the host's iperf3: its own record, from its own
@@ -445,6 +508,9 @@ END
         g.claimed_bytes = sum(float(i["sum"]["bytes"]) for i in side["intervals"])
         if isinstance(before, int) and isinstance(after, int):
             g.wire_bytes = after - before
+        g.wire_new_bytes, g.wire_again_bytes = moved[new], moved[again]
+        if reverse and all(moved[k] is not None for k in RX_DROP_COUNTERS):
+            g.wire_dropped_frames = sum(moved[k] or 0 for k in RX_DROP_COUNTERS)
         # Bounded by `seconds` of host time: nothing the guest says about
         # its clock changes which of the wire's seconds are samples.
         wire = wire_rates(sampler.reads, seconds, skip) if sampler else []

@@ -849,6 +849,8 @@ def test_with_an_emulator_the_throughput_samples_are_the_wires():
             frames, new = int(self.t * 11.875e6), int(self.t * 11.4e6)
             c = {"tx_bytes": frames, "rx_bytes": frames}
             c |= {"tx_tcp_new_bytes": new, "rx_tcp_new_bytes": new}
+            again = int(self.t * 0.2e6)
+            c |= {"tx_tcp_again_bytes": again, "rx_tcp_again_bytes": again}
             return {"ok": True, "at_us": int(now * 1e6), "counters": c}
 
     class SlowIperf(_IperfGuest):
@@ -872,6 +874,34 @@ def test_with_an_emulator_the_throughput_samples_are_the_wires():
     assert g.sampled == "wire" and 1 <= len(g.samples) <= 3, g.samples
     assert all(abs(x - 91.2) < 1.0 for x in g.samples), g.samples
     assert g.claimed_bytes == 92e6 and g.wire_bytes > 0
+    # What the wire carried for the first time and again, counted around
+    # the run; the emulator's own RX drops only matter toward the guest.
+    assert abs(g.wire_new_bytes - 3.6 * 11.4e6) < 0.3 * 11.4e6, g.wire_new_bytes
+    assert abs(g.wire_again_bytes - 3.6 * 0.2e6) < 0.3 * 0.2e6, g.wire_again_bytes
+    assert g.wire_dropped_frames is None
+
+
+def test_payload_sent_again_beyond_the_emulators_own_drops_is_lost_in_the_dut():
+    from phyfarm_farm.farm import Goodput, lost_after_the_wire
+
+    def g(new, again, dropped):
+        return Goodput(
+            mbps=90.0, samples=[], clock=1.0, seconds=8.0, wire_new_bytes=new,
+            wire_again_bytes=again, wire_dropped_frames=dropped,
+        )  # fmt: skip
+
+    # Nothing sent again, or a trickle: a healthy receiver.
+    assert lost_after_the_wire(g(90_000_000, 0, 0)) is None
+    assert lost_after_the_wire(g(90_000_000, 400_000, 0)) is None
+    # 4.6 % sent again with no drop of the emulator's: lost in the DUT.
+    why = lost_after_the_wire(g(89_520_000, 4_100_000, 0))
+    assert why and "4.10 MB of the 89.52 MB payload again (4.6%)" in why, why
+    assert "lost after the wire" in why
+    # The same, explained by frames the emulator dropped itself: not the DUT.
+    assert lost_after_the_wire(g(89_520_000, 4_100_000, 3000)) is None
+    # Without the counters (no emulator, or DUT -> partner) nothing is said.
+    assert lost_after_the_wire(g(90_000_000, 4_100_000, None)) is None
+    assert lost_after_the_wire(g(None, None, 0)) is None
 
 
 def test_the_wires_fault_counters_fail_a_check_unless_it_provokes_them():

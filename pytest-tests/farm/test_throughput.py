@@ -14,13 +14,15 @@ payload (retransmissions not counted again), read second by second on its
 clock (Farm.tcp_goodput, wire_rates): the receiver's own intervals jitter
 with the guest's scheduling (79-101 Mbit/s a second on a 95 Mbit/s wire)
 where the wire's seconds agree to 0.01 %. Without an emulator (a forwarded
-adapter) they are the receiver's intervals."""
+adapter) they are the receiver's intervals. The payload the partner sends
+again toward the DUT is counted on the wire too: the wire loses nothing, so
+beyond what the emulator dropped itself, it was lost in the DUT."""
 
 from __future__ import annotations
 
 import pytest
 from phyfarm_farm.errors import CheckFailed
-from phyfarm_farm.farm import TCP_GOODPUT_RATIO
+from phyfarm_farm.farm import TCP_GOODPUT_RATIO, lost_after_the_wire
 
 SECONDS = 8
 #: Below this share of the modelled TCP goodput the link is broken (stalls,
@@ -97,6 +99,11 @@ def test_throughput(farm, variant, measure):
                     f"{name}: the guest reports {g.claimed_bytes / 1e6:.2f} MB received, "
                     f"the wire carried {g.wire_bytes / 1e6:.2f} MB (ax88772-emu's counters)"
                 )
+        if g.wire_again_bytes is not None:
+            measure(f"{name}_wire_again_bytes", g.wire_again_bytes, "bytes")
+        lost = lost_after_the_wire(g)
+        if lost is not None:
+            problems.append(lost)
         if rate < FLOOR * tcp_max:
             problems.append(
                 f"{name} {rate:.1f} Mbit/s is below {FLOOR:.0%} of the {tcp_max:.1f} Mbit/s "

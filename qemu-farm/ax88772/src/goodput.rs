@@ -3,7 +3,8 @@
 //! segment's payload counts only past the highest sequence number already
 //! seen on its connection, so a retransmission (the sender lost it, or the
 //! receiving driver dropped it after the wire) adds nothing, and no frame
-//! adds more than the payload it carries.
+//! adds more than the payload it carries. What the wire carried again is
+//! counted apart (`again`).
 
 /// Connections remembered at once (the oldest is forgotten first): the farm
 /// runs one bulk flow at a time, and a guest opening thousands costs a
@@ -17,9 +18,19 @@ type Flow = [u8; 12];
 pub struct NewPayload {
     /// Each connection and the sequence number just past its highest byte.
     flows: Vec<(Flow, u32)>,
+    /// Payload bytes of known connections the wire carried again
+    /// (retransmissions) since [`NewPayload::take_again`] was last called:
+    /// with a lossless wire, what a receiver lost after it, or what the
+    /// emulator itself dropped.
+    again: u64,
 }
 
 impl NewPayload {
+    /// The payload carried again since the last call.
+    pub fn take_again(&mut self) -> u64 {
+        std::mem::take(&mut self.again)
+    }
+
     /// The bytes of `frame` (Ethernet II, IPv4, TCP; anything else is 0)
     /// that carry new payload.
     pub fn frame(&mut self, frame: &[u8]) -> u64 {
@@ -45,10 +56,13 @@ impl NewPayload {
                 // 2^31 is newer.
                 let ahead = end.wrapping_sub(*high);
                 if ahead == 0 || ahead >= 1 << 31 {
+                    self.again += u64::from(s.len);
                     return 0;
                 }
                 *high = end;
-                u64::from(ahead.min(s.len))
+                let new = ahead.min(s.len);
+                self.again += u64::from(s.len - new);
+                u64::from(new)
             }
             None => {
                 if self.flows.len() == MAX_FLOWS {
@@ -138,6 +152,9 @@ mod tests {
         assert_eq!(n.frame(&tcp(40000, 1000, 1460, ACK)), 0);
         // Overlapping the highest byte (3920): only the 540 past it.
         assert_eq!(n.frame(&tcp(40000, 3000, 1460, ACK)), 540);
+        // The retransmission and the 920 bytes of overlap were carried again.
+        assert_eq!(n.take_again(), 1460 + 920);
+        assert_eq!(n.take_again(), 0);
         // A pure ACK, and the other port's flow counted apart.
         assert_eq!(n.frame(&tcp(40000, 4460, 0, ACK)), 0);
         assert_eq!(n.frame(&tcp(40001, 7, 100, ACK)), 100);

@@ -24,6 +24,13 @@ pub struct Counters {
     pub tx_tcp_new_bytes: u64,
     /// The same for the frames that went to the guest.
     pub rx_tcp_new_bytes: u64,
+    /// TCP payload bytes the frames that left for the wire carried again:
+    /// the guest's retransmissions.
+    pub tx_tcp_again_bytes: u64,
+    /// The same for the frames that went to the guest: the link partner's
+    /// retransmissions, of what this device dropped or what the guest lost
+    /// after it (the wire loses nothing).
+    pub rx_tcp_again_bytes: u64,
     pub rx_length_errors: u64,
     pub rx_dropped_no_link: u64,
     pub rx_dropped_gated: u64,
@@ -71,11 +78,13 @@ impl NicEvents for Stats {
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += frame.len() as u64;
         self.counters.tx_tcp_new_bytes += self.tcp_tx.frame(frame);
+        self.counters.tx_tcp_again_bytes += self.tcp_tx.take_again();
     }
     fn rx_frame(&mut self, frame: &[u8]) {
         self.counters.rx_frames += 1;
         self.counters.rx_bytes += frame.len() as u64;
         self.counters.rx_tcp_new_bytes += self.tcp_rx.frame(frame);
+        self.counters.rx_tcp_again_bytes += self.tcp_rx.take_again();
     }
     fn on_wire(&mut self, frame: &[u8]) {
         if let Some(p) = &mut self.pcap {

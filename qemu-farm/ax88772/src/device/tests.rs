@@ -1076,6 +1076,8 @@ fn tcp_payload_is_counted_once_in_each_direction_retransmissions_not() {
     assert_eq!((c.tx_frames, c.tx_tcp_new_bytes), (3, 2 * 1460));
     assert_eq!((c.rx_frames, c.rx_tcp_new_bytes), (3, 2 * 1460));
     assert_eq!(c.tx_bytes, 3 * (14 + 40 + 1460));
+    // Each direction carried one segment again, counted apart.
+    assert_eq!((c.tx_tcp_again_bytes, c.rx_tcp_again_bytes), (1460, 1460));
 }
 
 #[test]
