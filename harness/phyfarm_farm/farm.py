@@ -89,7 +89,7 @@ def wire_count(reply: dict, key: str) -> int | None:
 #: (beyond one segment per frame the emulator dropped itself) before the
 #: DUT is said to lose frames after the wire. A healthy DUT on the lossless
 #: emulated wire retransmits nothing; a driver that drops RX frames costs
-#: the sender percents (4.6 % for one that drops every frame a bulk-in
+#: the sender percents (2.8-4.6 % for one that drops every frame a bulk-in
 #: transfer cuts, patches/selftest/rx-split-dropped).
 AGAIN_MAX_SHARE = 0.005
 #: A retransmitted segment's payload at most (an Ethernet frame's).

@@ -56,7 +56,9 @@ pub struct RunOptions {
     pub owners: Option<(PathBuf, String)>,
 }
 
-pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
+/// The revision to run (the shipped series' newest by default), admitted
+/// (with `owners`: see [`trust::admit`]), and its output folder.
+fn revision_and_out(paths: &Paths, opts: &mut RunOptions) -> Result<(PathBuf, PathBuf)> {
     let dir = match opts.dir.take() {
         Some(d) => d,
         None => newest_revision(&paths.repo.join(SHIPPED_SERIES)).ok_or_else(|| {
@@ -67,9 +69,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
         })?,
     };
     let s = crate::ingest::series::load(&dir)?;
-    // A pull request's revision on the trusted runner: refused before
-    // anything is built when its author does not own the series or a newer
-    // revision supersedes it.
+    // On the trusted runner: refused before anything is built.
     if let Some(owners) = &opts.owners {
         trust::admit(&opts.store, &dir, &s, Some(owners))?;
     }
@@ -81,6 +81,11 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
             .unwrap_or_else(|| "series".into());
         paths.runs_dir().join(format!("{name}-v{}", s.version))
     });
+    Ok((dir, out))
+}
+
+pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
+    let (dir, out) = revision_and_out(paths, &mut opts)?;
     let mut b = opts.build.clone();
     b.dir = dir.clone();
     b.out = out.clone();
