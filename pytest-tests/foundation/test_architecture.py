@@ -107,3 +107,69 @@ def test_the_results_model_and_the_leaves_import_no_stage():
         if m in STAGES and m != "results" or m in ("run", "cli")
     ]
     assert not offenders, offenders
+
+
+LONG_FUNCTION_LINES = 120
+FN = re.compile(
+    r'\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern "C"\s+)?fn\s+(\w+)'
+)
+
+
+def code_of(line: str) -> str:
+    """A line without its strings, character literals and comment, so that
+    only the braces of code are counted."""
+    line = re.sub(r'"(\\.|[^"\\])*"', '""', line)
+    line = re.sub(r"'(\\.|[^'\\])'", "''", line)
+    return line.split("//")[0]
+
+
+def long_functions(path) -> list[tuple[int, str, int, bool]]:
+    """(line, name, length, says why) of each function over the limit: the
+    reason is a `// Long: …` comment in the lines just above it (among its
+    doc comment and attributes)."""
+    lines = path.read_text().splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        m = FN.match(line)
+        if not m:
+            continue
+        depth, started, j = 0, False, i
+        while j < len(lines):
+            code = code_of(lines[j])
+            for ch in code:
+                if ch == "{":
+                    depth, started = depth + 1, True
+                elif ch == "}":
+                    depth -= 1
+            if started and depth == 0 or not started and code.rstrip().endswith(";"):
+                break
+            j += 1
+        length = j - i + 1
+        if not started or length <= LONG_FUNCTION_LINES:
+            continue
+        k, why = i - 1, False
+        while k >= 0 and re.match(r"\s*(//|#\[)", lines[k]):
+            why = why or lines[k].strip().startswith("// Long: ")
+            k -= 1
+        found.append((i + 1, m.group(7), length, why))
+    return found
+
+
+def test_a_long_function_says_why():
+    """No Rust function over 120 lines without a one-line reason above it
+    (`// Long: …`): a match with one arm per command or message, a template,
+    or the steps not yet split, said as such."""
+    roots = [REPO / "pipeline/src", REPO / "qemu-farm", REPO / "dashboards/src"]
+    unexplained, seen = [], 0
+    for root in roots:
+        for p in sorted(root.rglob("*.rs")):
+            if "target" in p.parts:
+                continue
+            for line, name, length, why in long_functions(p):
+                seen += 1
+                if not why:
+                    unexplained.append(f"{p.relative_to(REPO)}:{line}: fn {name}, {length} lines")
+    assert seen > 0, "the scan found no long function at all: is it still reading the sources?"
+    assert not unexplained, "functions over 120 lines without a `// Long:` reason:\n" + "\n".join(
+        unexplained
+    )

@@ -197,6 +197,7 @@ fn check_keys(run: &Run) -> Vec<CheckKey> {
     builds.chain(tests).collect()
 }
 
+// Long: the revision page's sections read from the store in one pass, sharing the runs they read; splitting them is open work.
 pub fn revision(
     store: &dyn Store,
     r: &RevisionRef,

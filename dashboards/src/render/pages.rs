@@ -232,6 +232,7 @@ fn check_table(site: &Site, rows: &[CheckCell]) -> Markup {
     }
 }
 
+// Long: one maud template: the revision page's sections in the order they render.
 pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
     let s = &p.summary;
     let body = html! {

@@ -299,6 +299,7 @@ pub fn extra_fragment(extra: &[String]) -> Result<String> {
     Ok(text)
 }
 
+// Long: the four numbered steps share the build tree's lock and the build's log; splitting them into functions is open work.
 /// Build one variant. Returns Pass, or Fail when the kernel did not build.
 pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     let variant = opts.variant;

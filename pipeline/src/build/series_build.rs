@@ -222,6 +222,7 @@ pub fn outcome(b: &SeriesBuild) -> Outcome {
     }
 }
 
+// Long: the four numbered steps share the series tree's lock, the log and the per-patch records; splitting them into functions is open work.
 /// [`build_series`], returning the summary it wrote to `series-build.json`.
 pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<SeriesBuild> {
     let s = series::load(&opts.dir)?;

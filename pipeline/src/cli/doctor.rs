@@ -38,6 +38,7 @@ fn first_line(argv: &[&str]) -> Option<String> {
         .map(|s| s.lines().next().unwrap_or("").trim().to_string())
 }
 
+// Long: one host prerequisite after another, each with its fix.
 /// Run every check. Nothing here changes the machine.
 pub fn check(paths: &Paths) -> Vec<Finding> {
     const SETUP: &str = "run `bash containers/host-setup.sh` as root";

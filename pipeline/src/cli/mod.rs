@@ -113,6 +113,7 @@ fn repro_run_folders(
     Ok(found)
 }
 
+// Long: one arm per subcommand, each turning its arguments into the options of the stage that does the work.
 pub fn run(cli: Cli) -> Result<Outcome> {
     if let Command::Results(cmd) = cli.command {
         return crate::cli::results::run(cli.global.store, cli.global.cache, cmd);

@@ -192,6 +192,7 @@ fn emit(text: &str, output: Option<&Path>) -> Result<()> {
     }
 }
 
+// Long: one arm per results subcommand.
 /// Run one results verb. `store` and `cache` are the global options.
 pub fn run(store: Option<PathBuf>, cache: Option<PathBuf>, cmd: ResultsCommand) -> Result<Outcome> {
     let path = store_path(store, cache)?;

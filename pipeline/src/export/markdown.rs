@@ -64,6 +64,7 @@ fn icon(s: CheckState4) -> &'static str {
     }
 }
 
+// Long: the summary's sections one after another, in the order a reader meets them.
 pub fn export(b: &Bundle) -> String {
     let rep = &b.report;
     let mut s = String::new();

@@ -223,6 +223,7 @@ pub fn emulator_args(logs: &Path) -> Option<Vec<String>> {
     Some(out)
 }
 
+// Long: find, verify the plan and its hashes, prepare the folder, run and report, each step using the one before's values; splitting them is open work.
 /// Rerun the check; print what was recorded and what happened now.
 pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
     let found = find(opts)?;

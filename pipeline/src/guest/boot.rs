@@ -621,6 +621,7 @@ pub fn boot(paths: &Paths, opts: &BootOptions, reproducer: &str) -> Result<Outco
     }
 }
 
+// Long: the boot check's steps in order (kernel, initramfs, accelerator, QEMU, judging the report); splitting them is open work.
 /// The boot check: boot `opts.kernel`, judge what the guest reported, write
 /// `boot.json` into the returned folder and return the same record.
 pub fn boot_check(

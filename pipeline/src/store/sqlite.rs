@@ -232,6 +232,7 @@ impl SqliteStore {
         Status::parse(s).ok_or_else(|| self.bad("status", s))
     }
 
+    // Long: the run's builds, tests and measurements: three queries, each row checked as it is read.
     fn load_results(&self, run: &mut Run, gen: i64) -> Result<(), StoreError> {
         let e = |e| self.err(e);
         let mut stmt = self

@@ -154,6 +154,7 @@ impl Facts<'_> {
             .collect()
     }
 
+    // Long: the verdict's rules in the order they decide (README, Verdicts), one block each.
     /// The state the revision should be in at `t`, coming from `prev`.
     pub fn desired(&self, t: Timestamp, prev: Option<(State, Timestamp)>) -> (State, String) {
         if let Some((at, newer)) = self.superseded.as_ref().filter(|s| s.0 <= t) {

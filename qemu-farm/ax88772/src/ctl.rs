@@ -294,6 +294,7 @@ fn prob(name: &str, p: Option<f64>, old: f64) -> Result<f64, Value> {
     }
 }
 
+// Long: one arm per control command, each the command's whole handling (the table in qemu-farm/README.md).
 pub fn handle(dev: &mut Device, now: Instant, r: Request, env: &CtlEnv) -> Value {
     match r {
         Request::Ping => ok(json!({})),

@@ -255,6 +255,7 @@ impl Mac {
         addr == u16::from(PHY_ADDR) || (addr == 0 && self.addr0 == Addr0::Alias)
     }
 
+    // Long: one arm per ASIX vendor request of the datasheet.
     /// Run an ASIX vendor request (bmRequestType 0xc0 / 0x40).
     pub fn vendor(&mut self, phy: &mut Phy, s: &Setup, data: &[u8], fx: &mut Effects) -> Reply {
         let cut = |mut v: Vec<u8>| {

@@ -438,6 +438,7 @@ impl Server {
         self.usb_out.len()
     }
 
+    // Long: one turn of the event loop (connect, poll, read, hand packets to the device, write), each part a few lines over the server's state.
     /// One turn of the loop: wait for something, then handle it. Every
     /// event is handled at its own time, read from the clock.
     pub fn step(&mut self) -> Result<(), ServerError> {

@@ -365,6 +365,7 @@ impl Codec {
         Some(result)
     }
 
+    // Long: one arm per usbredir packet type, in the protocol's order.
     fn parse(&self, code: u32, id: u64, th: &[u8], data: &[u8]) -> Result<Packet, Error> {
         let mut r = Rd(th);
         let name = name_of(code);
@@ -668,6 +669,7 @@ fn data_check(
     Ok(())
 }
 
+// Long: one arm per usbredir packet type, in the protocol's order.
 fn write_body(msg: &Message, common: Caps, receiver: Role, out: &mut Vec<u8>) -> Result<(), Error> {
     let name = msg.name();
     match msg {

@@ -193,6 +193,7 @@ pub(crate) fn find_start(body: &[u8]) -> Option<usize> {
     None
 }
 
+// Long: one pass over the diff's lines, a state machine whose states share the loop's locals.
 /// Check and summarise the diff in `body`, which starts at line `start`
 /// (0-based, relative to the body).
 pub(crate) fn parse(body: &[u8], start: usize) -> Result<DiffSummary, DiffProblem> {

@@ -261,6 +261,7 @@ impl Device {
         self.plugged
     }
 
+    // Long: one arm per usbredir message QEMU sends.
     /// Handle one packet from QEMU.
     pub fn handle(&mut self, now: Instant, pkt: Packet) {
         self.tick(now);
