@@ -309,7 +309,9 @@ def test_a_broken_emulator_on_both_sides_is_an_error_never_the_revisions_fail(
     broken.chmod(0o755)
     store = tmp_path / "store.sqlite"
     out = tmp_path / "run"
-    args = ["--variants", "rust", "--checks", "farm.probe,farm.link_flap", "--no-kunit"]
+    # One check a side: every check meets the same dead emulator, and each
+    # one ending in ERROR here adds about 40 s (4 a side took 531 s, 1 288 s).
+    args = ["--variants", "rust", "--checks", "farm.probe", "--no-kunit"]
     r = phyfarm(
         "--store", str(store), "run", str(SERIES / "v8"), *args,
         "--no-gates", "--emulator", str(broken), "-o", str(out),
