@@ -479,13 +479,11 @@ END
         again = "rx_tcp_again_bytes" if reverse else "tx_tcp_again_bytes"
         counted = (key, new, again, *RX_DROP_COUNTERS)
         c0 = self.emu.counters() if self.emu is not None else {}
-        before = wire_count(c0, key)
         known = self.host_server_records()
         sampler = WireSampler(self.emu, new) if self.emu is not None else None
         with sampler or contextlib.nullcontext():
             d, clock = self.iperf_host_time("--get-server-output", seconds=seconds, reverse=reverse)
         c1 = self.emu.counters() if self.emu is not None else {}
-        after = wire_count(c1, key)
         moved = {k: wire_delta(c0, c1, k) for k in counted}
         side = d if reverse else d.get("server_output_json")
         if not reverse and not self.partner_in_guest:
@@ -506,11 +504,10 @@ END
         g = steady_goodput(side["intervals"], clock, skip)
         g.retransmits = d["end"].get("sum_sent", {}).get("retransmits")
         g.claimed_bytes = sum(float(i["sum"]["bytes"]) for i in side["intervals"])
-        if isinstance(before, int) and isinstance(after, int):
-            g.wire_bytes = after - before
-        g.wire_new_bytes, g.wire_again_bytes = moved[new], moved[again]
-        if reverse and all(moved[k] is not None for k in RX_DROP_COUNTERS):
-            g.wire_dropped_frames = sum(moved[k] or 0 for k in RX_DROP_COUNTERS)
+        g.wire_bytes, g.wire_new_bytes, g.wire_again_bytes = moved[key], moved[new], moved[again]
+        drops = [moved[k] for k in RX_DROP_COUNTERS]
+        if reverse and None not in drops:
+            g.wire_dropped_frames = sum(drops)
         # Bounded by `seconds` of host time: nothing the guest says about
         # its clock changes which of the wire's seconds are samples.
         wire = wire_rates(sampler.reads, seconds, skip) if sampler else []

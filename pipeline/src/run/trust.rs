@@ -1,6 +1,6 @@
 //! The trusted side of `phyfarm record` and `phyfarm run --owners-from`.
-//! What a pull request's run uploaded
-//! (series-build.json, the farm's results.json) is evidence to check, never
+//! What a pull request's run uploaded (series-build.json, the farm's
+//! results.json) is evidence to check, never
 //! the source of a revision's identity: series name, version, patchset hash
 //! and patch-ids come from the `--series` folder phyfarm parsed itself, an
 //! artifact whose claims disagree is refused naming the file and field, a
