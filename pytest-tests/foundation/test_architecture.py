@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 from conftest import REPO
 
@@ -173,3 +175,33 @@ def test_a_long_function_says_why():
     assert not unexplained, "functions over 120 lines without a `// Long:` reason:\n" + "\n".join(
         unexplained
     )
+
+
+#: The source files the size rule covers, by ending or name (issue #34).
+SOURCE_ENDINGS = (".rs", ".py", ".sh", ".toml", ".yml", ".js", ".css", ".html", ".sql")
+MAX_FILE_LINES = 800
+
+
+def test_no_source_file_is_over_800_lines():
+    """A source file that grows past 800 lines is split by concern (test
+    data under a `fixtures/` folder and Cargo.lock are not source)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+    ).stdout.decode()
+    paths = [
+        p
+        for p in listed.split("\0")
+        if (p.endswith(SOURCE_ENDINGS) or Path(p).name == "Makefile")
+        and Path(p).name != "Cargo.lock"
+        and "/fixtures/" not in f"/{p}"
+    ]
+    assert len(paths) > 100, f"git ls-files listed only {len(paths)} source files"
+    over = []
+    for p in paths:
+        f = REPO / p
+        if not f.is_file():
+            continue
+        n = len(f.read_bytes().splitlines())
+        if n > MAX_FILE_LINES:
+            over.append(f"{p} ({n} lines)")
+    assert not over, f"source files over {MAX_FILE_LINES} lines:\n" + "\n".join(over)

@@ -605,3 +605,11 @@ impl std::fmt::Debug for Phy {
 #[cfg(test)]
 #[path = "phy_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "phy_partner_tests.rs"]
+mod partner_tests;
+
+#[cfg(test)]
+#[path = "phy_timing_tests.rs"]
+mod timing_tests;
