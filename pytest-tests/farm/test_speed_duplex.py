@@ -70,9 +70,19 @@ def _check_model_once(farm, speed: int, duplex: str, autoneg: bool) -> None:
         "medium_100": speed == 100,
         "medium_full": full,
     }
-    assert got == want, (
-        f"{speed}/{duplex} autoneg {'on' if autoneg else 'off'}: emulator {got}, expected "
-        f"{want} (BMCR {bmcr:#06x}, medium {medium:#06x})"
+    if got == want:
+        return
+    how = "autonegotiated" if autoneg else "forced"
+    wire = (
+        f"{p['speed']}/{'full' if p['full_duplex'] else 'half'}"
+        if p["speed"] is not None
+        else "no link"
+    )
+    mac = f"{100 if got['medium_100'] else 10}/{'full' if got['medium_full'] else 'half'}"
+    wrong = ", ".join(f"{k} {got[k]} (expected {want[k]})" for k in want if got[k] != want[k])
+    raise AssertionError(
+        f"the guest shows {speed}/{duplex} {how}, the emulator's PHY runs {wire} and its MAC "
+        f"{mac}: {wrong} (BMCR {bmcr:#06x}, medium {medium:#06x})"
     )
 
 
