@@ -12,6 +12,23 @@ from .errors import EmulatorDied, GuestTimeout, HarnessError, SetupError
 from .partner import TAP
 from .procs import Proc
 
+#: Autonegotiation as the farm's emulated PHY takes it unless a check or
+#: `--emulator-arg` says otherwise: 1.5 s plus a draw in [0, 1.5 s] from the
+#: emulator's seed, so 1.5-3 s as a 100BASE-TX PHY against a real partner
+#: (802.3's link_fail_inhibit and the base pages). The link is down
+#: meanwhile, after a cable event and after every BMCR.ANRESTART, which is
+#: where a driver that reads the status during autonegotiation goes wrong.
+REALISTIC_AUTONEG = ("--autoneg-ms", "1500", "--autoneg-jitter-ms", "1500")
+
+
+def with_realistic_autoneg(extra: list[str]) -> list[str]:
+    """`extra` after the farm's autonegotiation timing, unless `extra` sets
+    the timing itself (`--autoneg-ms 0` gives the instant model)."""
+    named = {a.split("=", 1)[0] for a in extra}
+    if named & {"--autoneg-ms", "--autoneg-jitter-ms"}:
+        return list(extra)
+    return [*REALISTIC_AUTONEG, *extra]
+
 
 class Emulator:
     """One emulated AX88772A: usbredir on `usb_sock`; the wire on dgram
@@ -51,7 +68,7 @@ class Emulator:
             str(self.ready_file),
             "--on-disconnect",
             "exit",
-            *extra,
+            *with_realistic_autoneg(extra),
         ]
         self.proc: Proc | None = None
         self._sock: socket.socket | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from phyfarm_farm import ktap
+from phyfarm_farm.emulator import REALISTIC_AUTONEG, Emulator, with_realistic_autoneg
 from phyfarm_farm.errors import (
     CheckFailed,
     GuestTimeout,
@@ -230,3 +231,13 @@ def test_a_bad_device_is_a_usage_error_naming_it(dev):
 
     with pytest.raises(pytest.UsageError, match="forwarded-gadget"):
         check_device(dev)
+
+
+def test_the_farm_autonegotiates_in_1_5_to_3_seconds_unless_told_otherwise():
+    assert with_realistic_autoneg(["--quiet"]) == [*REALISTIC_AUTONEG, "--quiet"]
+    assert REALISTIC_AUTONEG == ("--autoneg-ms", "1500", "--autoneg-jitter-ms", "1500")
+    for own in (["--autoneg-ms=0"], ["--autoneg-ms", "0"], ["--autoneg-jitter-ms", "5"]):
+        assert with_realistic_autoneg(own) == own, own
+    emu = Emulator(Path("/nonexistent/ax88772-emu"), Path("/tmp/s"), Path("/tmp/l"), [])
+    i = emu.argv.index("--autoneg-ms")
+    assert emu.argv[i : i + 4] == list(REALISTIC_AUTONEG), emu.argv

@@ -529,10 +529,10 @@ pub struct RunArgs {
     /// Parallel make jobs [default: number of CPUs]
     #[arg(short = 'j', long)]
     pub jobs: Option<usize>,
-    /// Parallel farm guests (pytest-xdist workers) [default: the number of
-    /// CPUs plus one: the checks spend most of their time waiting on the
-    /// guest's PHY polling and link timers, so one guest more than cores
-    /// keeps them busy]
+    /// Parallel farm guests (pytest-xdist workers) [default: twice the
+    /// number of CPUs plus one: the checks spend most of their time waiting
+    /// on the guest's PHY polling, link timers and the emulated PHY's
+    /// 1.5-3 s autonegotiation, so more guests than cores keep them busy]
     #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: Option<u16>,
     /// A pull request's revision on the trusted runner: the default

@@ -57,8 +57,8 @@ fn run_defaults_to_both_variants() {
 }
 
 #[test]
-fn run_farm_guests_default_to_one_more_than_the_cpus() {
-    assert_eq!(farm_workers(None), jobs(None) + 1);
+fn run_farm_guests_default_to_twice_the_cpus_plus_one() {
+    assert_eq!(farm_workers(None), 2 * jobs(None) + 1);
     assert_eq!(farm_workers(Some(1)), 1);
     let cli = Cli::try_parse_from(["phyfarm", "run", "-n", "3"]).unwrap();
     match cli.command {
