@@ -205,3 +205,21 @@ def test_no_source_file_is_over_800_lines():
         if n > MAX_FILE_LINES:
             over.append(f"{p} ({n} lines)")
     assert not over, f"source files over {MAX_FILE_LINES} lines:\n" + "\n".join(over)
+
+
+def test_the_readme_names_every_planned_check(phyfarm):
+    """The registry (`phyfarm farm plan`) is the only list of checks; the
+    README's "Verdicts" section names each family of it, so a check added to
+    the registry without a word for its readers fails here."""
+    r = phyfarm("farm", "plan", "--variants", "rust")
+    assert r.code == 0, r.describe()
+    families = {
+        line.split()[0].split("[")[0]
+        for line in r.stdout.splitlines()
+        if line.startswith("farm.") and not line.startswith("farm.differential.")
+    }
+    assert len(families) >= 9, families
+    text = (REPO / "README.md").read_text()
+    verdicts = text[text.index("## Verdicts") :]
+    unnamed = sorted(f for f in families if f"`{f}" not in verdicts)
+    assert not unnamed, f"README.md's Verdicts section does not name {unnamed}"
