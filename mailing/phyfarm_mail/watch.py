@@ -52,7 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "Follow a public-inbox archive: run every new complete series revision with "
             "`phyfarm run`, record maintainers' pw-bot replies and NAKs as reviews, and "
             "send one report mail per verdict change. Arguments after `--` go to "
-            "`phyfarm run` (e.g. -- --variants rust --checks farm.link_flap)."
+            "`phyfarm run` (e.g. -- --variants rust --checks FAMILY, a family that "
+            "`phyfarm farm plan` lists)."
         ),
     )
     ap.add_argument(

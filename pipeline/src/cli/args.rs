@@ -166,7 +166,8 @@ pub struct SelftestArgs {
     #[arg(long)]
     pub quick: bool,
     /// Output folder: one run folder per case and the self-test's own store
-    /// [default: <cache>/selftest]
+    /// [default: <cache>/selftest, or <cache>/selftest-quick with --quick, so
+    /// that `make test` keeps the last full self-test's store]
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: Option<PathBuf>,
     /// Cases run at once: their kernel builds take turns, one case's farm

@@ -11,7 +11,7 @@ pub mod doctor;
 mod guest;
 pub mod results;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -268,7 +268,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             &crate::run::selftest::Options {
                 names: a.cases,
                 quick: a.quick,
-                out: a.out.unwrap_or_else(|| paths.cache.join("selftest")),
+                out: selftest_out(&paths.cache, a.quick, a.out),
                 jobs: a.jobs.into(),
             },
         ),
@@ -574,7 +574,10 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
     {
         anyhow::bail!(crate::farm::contract::ContractError::Invalid {
             file: "--checks".into(),
-            what: "farm.kunit needs the rust variant and the farm, without --no-kunit".into(),
+            what: format!(
+                "{} needs the rust variant and the farm, without --no-kunit",
+                crate::farm::contract::KUNIT_CHECK
+            ),
         });
     }
     let farm = (!a.no_farm).then(|| crate::farm::TestOptions {
@@ -606,6 +609,13 @@ fn run_cmd(paths: &Paths, runtime: Runtime, store: Option<PathBuf>, a: RunArgs) 
             owners: a.owners_from.zip(a.author),
         },
     )
+}
+
+/// `phyfarm selftest`'s folder: `-o`, else `<cache>/selftest`, or
+/// `<cache>/selftest-quick` for the quick cases, so that `make test` never
+/// replaces the store of the last full self-test.
+fn selftest_out(cache: &Path, quick: bool, out: Option<PathBuf>) -> PathBuf {
+    out.unwrap_or_else(|| cache.join(if quick { "selftest-quick" } else { "selftest" }))
 }
 
 /// `--device`: emulated, forwarded-gadget or forwarded:HOST:PORT.

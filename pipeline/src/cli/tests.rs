@@ -73,6 +73,18 @@ fn run_farm_guests_default_to_twice_the_cpus_plus_one() {
 }
 
 #[test]
+fn the_quick_selftest_keeps_the_full_selftests_store() {
+    let cache = Path::new("/c");
+    assert_eq!(selftest_out(cache, false, None), Path::new("/c/selftest"));
+    assert_eq!(
+        selftest_out(cache, true, None),
+        Path::new("/c/selftest-quick")
+    );
+    let given = Some(PathBuf::from("/elsewhere"));
+    assert_eq!(selftest_out(cache, true, given), Path::new("/elsewhere"));
+}
+
+#[test]
 fn selftest_cases_run_two_at_a_time_unless_told() {
     let cli = Cli::try_parse_from(["phyfarm", "selftest", "--quick"]).unwrap();
     match cli.command {
