@@ -32,6 +32,8 @@ WORKFLOWS = REPO / ".github" / "workflows"
 REAL_RUN = REPO / "pipeline" / "tests" / "fixtures" / "real-run"
 SERIES = "rust-phy-enum-check"
 MAINTAINER = "maint"
+#: The repository the workflows run in.
+BASE_REPO = "phyfarm/phyfarm"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -288,18 +290,31 @@ class Fleet:
     def env_phyfarm(self) -> str:
         return os.environ.get("PHYFARM_BIN", str(REPO / "target/debug/phyfarm"))
 
-    def trusted_record(self, pr: Executor, author: str, cache: Path | None = None) -> dict:
+    def trusted_record(
+        self,
+        pr: Executor,
+        author: str,
+        cache: Path | None = None,
+        actor: str | None = None,
+        head_repo: str | None = None,
+    ) -> dict:
         """pull-request-report.yml's record job for that run, on the
         trusted runner (PHYFARM_STORE is the fleet's; `cache` its phyfarm
-        cache, this scenario's own, empty one by default)."""
+        cache, this scenario's own, empty one by default). The pull request
+        comes from `author`'s fork unless `head_repo` says otherwise; the
+        event's actor is `actor`, else the author."""
         event = {
             "workflow_run": {
                 "id": 4242,
                 "event": "pull_request",
                 "head_sha": pr.sha,
-                "actor": {"login": author},
+                "actor": {"login": actor or author},
+                "head_repository": {
+                    "full_name": head_repo or f"{author}/phyfarm",
+                    "owner": {"login": author},
+                },
             },
-            "repository": {"default_branch": "main"},
+            "repository": {"default_branch": "main", "full_name": BASE_REPO},
         }
         report = Executor(
             WORKFLOWS / "pull-request-report.yml",
@@ -548,6 +563,37 @@ def test_a_stranger_cannot_add_a_revision_to_a_series_they_do_not_own(fleet, ori
     assert not (fleet.root / "cache" / "trees").exists(), record.text()
     assert dump(fleet) == before
     assert fleet.verdict(f"{SERIES}/v8")["state"] != "superseded"
+
+
+def test_a_strangers_pull_request_stays_theirs_whoever_reopens_it(fleet, origin, tmp_path):
+    """The author is the fork's owner, not the event's actor: a maintainer
+    reopening (or re-running) a stranger's pull request lends it nothing."""
+    fleet.seed_v8(tmp_path)
+    before = dump(fleet)
+    pr = fleet.pull_request(2, origin.pr2)
+    record = fleet.trusted_record(pr, "mallory", actor=MAINTAINER)["record"]
+    assert record.conclusion == "failure", record.text()
+    assert "the revision's author: github:mallory (head repository mallory/phyfarm)" in (
+        record.text()
+    ), record.text()
+    assert "owners: github:mallory is not an owner of series" in record.text(), record.text()
+    assert not (fleet.root / "cache" / "trees").exists(), record.text()
+    assert dump(fleet) == before
+
+
+def test_on_a_branch_of_the_repository_the_author_is_the_one_who_pushed(fleet, origin, tmp_path):
+    """A branch of the base repository (only its writers push there): the
+    run's actor is the author, and a writer who does not own the series is
+    refused as a stranger's fork would be."""
+    fleet.seed_v8(tmp_path)
+    before = dump(fleet)
+    pr = fleet.pull_request(2, origin.pr2)
+    record = fleet.trusted_record(pr, "phyfarm", actor="mallory", head_repo=BASE_REPO)
+    text = record["record"].text()
+    assert record["record"].conclusion == "failure", text
+    assert "the revision's author: github:mallory (head repository phyfarm/phyfarm)" in text
+    assert "owners: github:mallory is not an owner of series" in text, text
+    assert dump(fleet) == before
 
 
 def test_a_series_whose_name_escapes_is_refused_naming_the_field(fleet, origin, tmp_path):
