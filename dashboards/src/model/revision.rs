@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use phyfarm::results::{RevisionRef, Run, Status, Timestamp};
-use phyfarm::store::{self, Store};
+use phyfarm::store::{self, RevisionRecord, RunRecord, Store};
 use phyfarm::verdict::{
-    compare, Band, CheckKey, Checks, Finding, FindingKind, Movement, Review, Transition,
+    compare, Band, CheckKey, Checks, Finding, FindingKind, Movement, Report, Review, Transition,
 };
 use serde::Serialize;
 
@@ -197,12 +197,21 @@ fn check_keys(run: &Run) -> Vec<CheckKey> {
     builds.chain(tests).collect()
 }
 
-// Long: the revision page's sections read from the store in one pass, sharing the runs they read; splitting them is open work.
-pub fn revision(
-    store: &dyn Store,
-    r: &RevisionRef,
-    now: Timestamp,
-) -> Result<RevisionPage, PageError> {
+/// What the revision page reads from the store, each once: the revision,
+/// its report, its runs (the complete ones and all), the base run, every
+/// revision (for the next one) and the previous revision's complete runs.
+/// The sections below share them.
+struct Read {
+    rec: RevisionRecord,
+    rep: Report,
+    runs: Vec<Run>,
+    all_runs: Vec<RunRecord>,
+    base_run: Option<Run>,
+    all: Vec<RevisionRecord>,
+    prev_runs: Vec<Run>,
+}
+
+fn read(store: &dyn Store, r: &RevisionRef, now: Timestamp) -> Result<Read, PageError> {
     let rec = store.revision(r)?;
     let r = rec.reference();
     let rep = report(store, &r, now)?;
@@ -213,21 +222,35 @@ pub fn revision(
         None => None,
     };
     let all = store.revisions()?;
-    let prev_rec = store::previous_revision(&all, &rec);
-    let prev_runs = match &prev_rec {
+    let prev_runs = match store::previous_revision(&all, &rec) {
         Some(p) => complete_runs(store, &p.reference())?,
         None => vec![],
     };
+    Ok(Read {
+        rec,
+        rep,
+        runs,
+        all_runs,
+        base_run,
+        all,
+        prev_runs,
+    })
+}
+
+/// Each check against the base, the previous revision and the latest run
+/// that has it.
+fn cells(read: &Read) -> Cells<'_> {
     let mut last_run = BTreeMap::new();
-    for run in &runs {
+    for run in &read.runs {
         for k in check_keys(run) {
             last_run.insert(k, run.id.clone());
         }
     }
-    let cells = Cells {
+    let rep = &read.rep;
+    Cells {
         checks: &rep.checks,
-        base: compare::aggregate(&base_run.iter().collect::<Vec<_>>()),
-        previous: compare::aggregate(&prev_runs.iter().collect::<Vec<_>>()),
+        base: compare::aggregate(&read.base_run.iter().collect::<Vec<_>>()),
+        previous: compare::aggregate(&read.prev_runs.iter().collect::<Vec<_>>()),
         vs_base: finding_map(&rep.vs_base),
         vs_previous: finding_map(&rep.vs_previous),
         last_run,
@@ -236,10 +259,13 @@ pub fn revision(
             .iter()
             .map(|r| (r.check.clone(), r.command.clone()))
             .collect(),
-    };
+    }
+}
 
+/// The variants the checks name: rust first, then c, then anything else.
+fn variants(checks: &Checks) -> Vec<String> {
     let mut variants = BTreeSet::new();
-    for k in rep.checks.keys() {
+    for k in checks.keys() {
         if let Some(v) = &k.variant {
             variants.insert(v.clone());
         }
@@ -249,10 +275,13 @@ pub fn revision(
             }
         }
     }
-    // rust first, then c, then anything else.
     let mut variants: Vec<String> = variants.into_iter().collect();
     variants.sort_by_key(|v| (v != "rust", v != "c", v.clone()));
+    variants
+}
 
+/// Per patch: its apply and its build in each variant.
+fn patch_rows(rec: &RevisionRecord, cells: &Cells, variants: &[String]) -> Vec<PatchRow> {
     let key = |path: String, variant: Option<String>| CheckKey { path, variant };
     let mut patches: Vec<PatchRow> = rec
         .info
@@ -274,11 +303,22 @@ pub fn revision(
         })
         .collect();
     patches.sort_by_key(|p| p.position);
+    patches
+}
 
+/// The checks not shown per patch: the Rust gates, the farm matrix, and
+/// the rest.
+struct CheckSections {
+    gates: Vec<CheckCell>,
+    farm: Vec<MatrixRow>,
+    other: Vec<CheckCell>,
+}
+
+fn check_sections(rec: &RevisionRecord, cells: &Cells, variants: &[String]) -> CheckSections {
     let mut gates = Vec::new();
     let mut other = Vec::new();
     let mut farm: BTreeMap<String, Vec<Option<CheckCell>>> = BTreeMap::new();
-    for k in rep.checks.keys() {
+    for k in cells.checks.keys() {
         match k.family() {
             "apply" | "build" => {
                 // Shown per patch; base builds and stray ones too.
@@ -311,7 +351,13 @@ pub fn revision(
         .filter(|(_, c)| c.iter().any(Option::is_some))
         .map(|(check, cells)| MatrixRow { check, cells })
         .collect();
+    CheckSections { gates, farm, other }
+}
 
+/// The measurements with their noise band and the previous revision's
+/// value: throughput first, then link-flap timings, then the rest; rust
+/// before c.
+fn measurement_rows(rep: &Report, prev_runs: &[Run]) -> Vec<MeasurementRow> {
     let prev_values: BTreeMap<(String, Option<String>), f64> = {
         let refs: Vec<&Run> = prev_runs.iter().collect();
         compare::measurements(&refs, &[])
@@ -320,7 +366,6 @@ pub fn revision(
             .collect()
     };
     let mut ordered: Vec<&compare::MeasurementDelta> = rep.measurements.iter().collect();
-    // Throughput first, then link-flap timings, then the rest; rust before c.
     ordered.sort_by_key(|m| {
         let family = if m.name.contains("throughput") {
             0
@@ -332,7 +377,7 @@ pub fn revision(
         let variant = m.variant.as_deref().map(|v| (v != "rust", v != "c"));
         (family, m.name.clone(), variant)
     });
-    let measurements = ordered
+    ordered
         .into_iter()
         .map(|m| MeasurementRow {
             name: m.name.clone(),
@@ -351,11 +396,14 @@ pub fn revision(
                 .get(&(m.name.clone(), m.variant.clone()))
                 .copied(),
         })
-        .collect();
+        .collect()
+}
 
+/// The warnings each build added against the base, with their lines from
+/// the latest complete run.
+fn warning_rows(rep: &Report, runs: &[Run]) -> Vec<WarningRow> {
     let last = runs.last();
-    let warnings = rep
-        .vs_base
+    rep.vs_base
         .iter()
         .filter(|f| f.kind == FindingKind::NewWarning)
         .map(|f| WarningRow {
@@ -366,18 +414,44 @@ pub fn revision(
                 .map(|b| b.new_warnings.iter().map(|w| clean(w)).collect())
                 .unwrap_or_default(),
         })
-        .collect();
+        .collect()
+}
 
-    let next = store::newer_revisions(&all, &rec)
+/// Every run of the revision, complete or not.
+fn run_links(all_runs: &[RunRecord]) -> Vec<RunLink> {
+    all_runs
+        .iter()
+        .map(|x| RunLink {
+            id: x.run.id.clone(),
+            started: x.run.started,
+            finished: x.run.finished,
+            accelerator: clean(&x.run.environment.accelerator),
+            state: x.state.name().to_string(),
+        })
+        .collect()
+}
+
+pub fn revision(
+    store: &dyn Store,
+    r: &RevisionRef,
+    now: Timestamp,
+) -> Result<RevisionPage, PageError> {
+    let read = read(store, r, now)?;
+    let (rec, rep) = (&read.rec, &read.rep);
+    let cells = cells(&read);
+    let variants = variants(&rep.checks);
+    let patches = patch_rows(rec, &cells, &variants);
+    let CheckSections { gates, farm, other } = check_sections(rec, &cells, &variants);
+    let next = store::newer_revisions(&read.all, rec)
         .first()
         .map(|n| n.reference().to_string());
     Ok(RevisionPage {
         generated: now,
-        summary: RevisionSummary::new(&rec, &rep, now),
+        summary: RevisionSummary::new(rec, rep, now),
         tree: rec.info.tree.as_deref().map(clean),
         message_id: rec.info.message_id.as_deref().map(clean),
         patchset_hash: rec.info.patchset_hash.clone(),
-        base: all_runs.last().map(|x| clean(&x.run.base)),
+        base: read.all_runs.last().map(|x| clean(&x.run.base)),
         base_run: rep.base_run.clone(),
         previous: rep.previous.as_ref().map(|p| p.to_string()),
         next,
@@ -386,18 +460,9 @@ pub fn revision(
         gates,
         farm,
         other,
-        measurements,
-        warnings,
-        runs: all_runs
-            .iter()
-            .map(|x| RunLink {
-                id: x.run.id.clone(),
-                started: x.run.started,
-                finished: x.run.finished,
-                accelerator: clean(&x.run.environment.accelerator),
-                state: x.state.name().to_string(),
-            })
-            .collect(),
+        measurements: measurement_rows(rep, &read.prev_runs),
+        warnings: warning_rows(rep, &read.runs),
+        runs: run_links(&read.all_runs),
         transitions: clean_transitions(&rep.transitions),
         reviews: clean_reviews(&rep.reviews),
         first_bad: rep
