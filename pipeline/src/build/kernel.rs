@@ -158,21 +158,24 @@ pub fn configure_jobs(tc: &Toolchain, l: &Layout, variant: Variant, extra: bool)
     ]
 }
 
+/// The kernel's make command line up to its options and targets: the
+/// source mounted at `/src`, the build tree at `/build`, 64-bit.
+pub const KBUILD_MAKE: [&str; 5] = ["make", "-C", "/src", "O=/build", "ARCH=x86_64"];
+
+/// `make … -jN bzImage`: the kernel build, as a base build and every series
+/// build step (after each patch, and its KUnit build) run it.
+pub fn bzimage_argv(jobs: usize) -> Vec<String> {
+    KBUILD_MAKE
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("-j{jobs}"), "bzImage".to_string()])
+        .collect()
+}
+
 pub fn make_job(tc: &Toolchain, l: &Layout, jobs: usize) -> Job {
-    let j = format!("-j{jobs}");
-    job(
-        tc,
-        l,
-        &[
-            "make",
-            "-C",
-            "/src",
-            "O=/build",
-            "ARCH=x86_64",
-            &j,
-            "bzImage",
-        ],
-    )
+    let argv = bzimage_argv(jobs);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    job(tc, l, &argv)
 }
 
 pub fn extract_job(tc: &Toolchain, tmp: &Path) -> Job {
@@ -299,40 +302,89 @@ pub fn extra_fragment(extra: &[String]) -> Result<String> {
     Ok(text)
 }
 
-// Long: the four numbered steps share the build tree's lock and the build's log; splitting them into functions is open work.
+/// What the four steps of one build share: its inputs, the toolchain and
+/// layout they resolve to, the build's label and log, and the time each
+/// step took.
+struct KernelBuild<'a> {
+    paths: &'a Paths,
+    opts: &'a BuildOptions,
+    tc: Toolchain,
+    l: Layout,
+    /// The `-K` options, as a fragment.
+    extra: String,
+    frags: Vec<PathBuf>,
+    label: String,
+    log_path: PathBuf,
+    started: String,
+    durations: Vec<(String, f64)>,
+}
+
 /// Build one variant. Returns Pass, or Fail when the kernel did not build.
 pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     let variant = opts.variant;
     let extra = extra_fragment(&opts.extra)?;
-    for f in fragments(paths, variant) {
-        kconfig::parse_fragment(&f)?;
+    let frags = fragments(paths, variant);
+    for f in &frags {
+        kconfig::parse_fragment(f)?;
     }
-    let mut durations: Vec<(String, f64)> = Vec::new();
     let t0 = Instant::now();
     let tc = toolchain(paths, opts.runtime, opts.dry_run)?;
-    durations.push(("images".into(), t0.elapsed().as_secs_f64()));
+    let durations = vec![("images".to_string(), t0.elapsed().as_secs_f64())];
     let l = Layout::with_extra(paths, &tc.kernel_version, variant, &extra);
     let env = opts.runtime.env(&paths.repo);
 
     if opts.dry_run {
-        let tmp = l.src_parent.with_extension("tmp");
-        let mut all = vec![extract_job(&tc, &tmp)];
-        all.extend(configure_jobs(&tc, &l, variant, !extra.is_empty()));
-        all.push(make_job(&tc, &l, opts.jobs));
-        for j in &all {
-            let (argv, cwd) = opts.runtime.argv(j);
-            match cwd {
-                Some(d) => println!(
-                    "(cd {} && {})",
-                    shell_quote(&[d.display().to_string()]),
-                    shell_quote(&argv)
-                ),
-                None => println!("{}", shell_quote(&argv)),
-            }
-        }
+        print_dry_run(opts, &tc, &l, !extra.is_empty());
         return Ok(Outcome::Pass);
     }
 
+    let (log_path, mut log) = open_build_log(opts, &tc)?;
+    let mut b = KernelBuild {
+        paths,
+        opts,
+        tc,
+        l,
+        extra,
+        frags,
+        label: format!("[{variant}]"),
+        log_path,
+        started: metadata::now_rfc3339(),
+        durations,
+    };
+    let mut run = Run::new(opts.runtime, env, &mut log, &b.label);
+    b.extract_source(&mut run)?;
+    // Held until the build's outputs are written.
+    let _lock = b.prepare_build_tree()?;
+    let dotconfig = b.configure(&mut run)?;
+    let (failed, stopped) = b.make_bzimage(&mut run)?;
+    drop(run);
+    log.flush()?;
+    let (status, log_excerpt) = b.record(failed, stopped.as_deref(), &dotconfig)?;
+    b.report(status, &log_excerpt)
+}
+
+/// `phyfarm build --dry-run`: print every command the build would run.
+fn print_dry_run(opts: &BuildOptions, tc: &Toolchain, l: &Layout, extra: bool) {
+    let tmp = l.src_parent.with_extension("tmp");
+    let mut all = vec![extract_job(tc, &tmp)];
+    all.extend(configure_jobs(tc, l, opts.variant, extra));
+    all.push(make_job(tc, l, opts.jobs));
+    for j in &all {
+        let (argv, cwd) = opts.runtime.argv(j);
+        match cwd {
+            Some(d) => println!(
+                "(cd {} && {})",
+                shell_quote(&[d.display().to_string()]),
+                shell_quote(&argv)
+            ),
+            None => println!("{}", shell_quote(&argv)),
+        }
+    }
+}
+
+/// The build's `build.log` in its output folder, opened with its header
+/// (reproducer, kernel, image and tools).
+fn open_build_log(opts: &BuildOptions, tc: &Toolchain) -> Result<(PathBuf, File)> {
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create output directory {}", opts.out.display()))?;
     let log_path = opts.out.join("build.log");
@@ -350,185 +402,219 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     for (k, v) in &tc.tools {
         writeln!(log, "# {k}: {v}")?;
     }
-    let started = metadata::now_rfc3339();
-    let label = format!("[{variant}]");
-    let mut run = Run::new(opts.runtime, env, &mut log, &label);
+    Ok((log_path, log))
+}
 
-    // 1. Source, extracted once per package version.
-    let t = Instant::now();
-    if !l.src.join("Makefile").is_file() {
-        need_space(
-            &paths.cache,
-            SOURCE_SPACE + BUILD_SPACE,
-            "the kernel source",
-        )?;
-        let tmp = l.src_parent.with_extension("tmp");
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp)?;
-        if let Some(code) = run.job(&extract_job(&tc, &tmp), "extracting kernel source")? {
-            bail!(
-                "extracting {LINUX_SOURCE_PACKAGE} failed (exit {code}); see {}",
-                log_path.display()
-            );
-        }
-        let _ = std::fs::remove_dir_all(&l.src_parent);
-        std::fs::rename(&tmp, &l.src_parent)?;
-    }
-    durations.push(("source".into(), t.elapsed().as_secs_f64()));
-
-    // 2. Build tree: start from the plain tree of this variant (for -K
-    // builds) or from the other variant's, if one has been built. Locked
-    // first: a concurrent build of this tree waits instead of copying into
-    // it at the same time.
-    if let Some(parent) = l.build.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let _lock = lock(&l.build.with_extension("lock"), &label)?;
-    if !l.build.join(".config").is_file() {
-        need_space(&paths.cache, BUILD_SPACE, "the build tree")?;
-        let plain = Layout::new(paths, &tc.kernel_version, variant).build;
-        let other = Layout::new(paths, &tc.kernel_version, variant.other()).build;
-        let seed = [plain, other]
-            .into_iter()
-            .find(|t| *t != l.build && t.join(".phyfarm-built").is_file());
-        if let Some(other) = seed {
-            info(&format!(
-                "{label}: starting from the build tree {}",
-                other.display()
-            ));
-            copy_built_tree(&other, &l.build, &label)?;
-            let _ = std::fs::remove_file(l.build.join(".phyfarm-built"));
-        }
-    }
-    std::fs::create_dir_all(&l.build)?;
-
-    // 3. Configure, unless the inputs are unchanged.
-    let t = Instant::now();
-    let frags = fragments(paths, variant);
-    let stamp = l.build.join(".phyfarm-config-inputs");
-    let want = config_inputs_hash(&l, &frags, &extra, &tc.kernel_version);
-    let fresh = std::fs::read_to_string(&stamp)
-        .map(|s| s.trim() == want)
-        .unwrap_or(false)
-        && l.build.join(".config").is_file();
-    if !fresh {
-        std::fs::write(l.build.join(".phyfarm-extra.config"), &extra)?;
-        let steps = ["tinyconfig", "merge_config.sh", "olddefconfig"];
-        for (j, step) in configure_jobs(&tc, &l, variant, !extra.is_empty())
-            .iter()
-            .zip(steps)
-        {
-            if let Some(code) = run.job(j, &format!("configure: {step}"))? {
+impl KernelBuild<'_> {
+    /// Step 1: source, extracted once per package version.
+    fn extract_source(&mut self, run: &mut Run) -> Result<()> {
+        let (tc, l) = (&self.tc, &self.l);
+        let t = Instant::now();
+        if !l.src.join("Makefile").is_file() {
+            need_space(
+                &self.paths.cache,
+                SOURCE_SPACE + BUILD_SPACE,
+                "the kernel source",
+            )?;
+            let tmp = l.src_parent.with_extension("tmp");
+            let _ = std::fs::remove_dir_all(&tmp);
+            std::fs::create_dir_all(&tmp)?;
+            if let Some(code) = run.job(&extract_job(tc, &tmp), "extracting kernel source")? {
                 bail!(
-                    "configuring the kernel failed (exit {code}); see {}",
-                    log_path.display()
+                    "extracting {LINUX_SOURCE_PACKAGE} failed (exit {code}); see {}",
+                    self.log_path.display()
                 );
             }
+            let _ = std::fs::remove_dir_all(&l.src_parent);
+            std::fs::rename(&tmp, &l.src_parent)?;
         }
-    } else {
-        info(&format!("{label}: configuration unchanged"));
+        self.durations
+            .push(("source".into(), t.elapsed().as_secs_f64()));
+        Ok(())
     }
-    // Verify every requested option, every time.
-    let mut requests = Vec::new();
-    for f in &frags {
-        requests.extend(kconfig::parse_fragment(f)?);
-    }
-    requests.extend(kconfig::parse_fragment_text(Path::new("-K"), &extra)?);
-    let requests = kconfig::last_wins(requests);
-    let dotconfig = String::from_utf8_lossy(&crate::sandbox::safe_fs::read_in(
-        &l.build,
-        Path::new(".config"),
-        64 << 20,
-    )?)
-    .into_owned();
-    let cfg = kconfig::parse_dotconfig(&dotconfig);
-    if let Err(e) = kconfig::verify(&requests, &cfg, &SourceTree::new(&l.src)) {
-        let _ = std::fs::remove_file(&stamp);
-        return Err(e.into());
-    }
-    std::fs::write(&stamp, &want)?;
-    durations.push(("configure".into(), t.elapsed().as_secs_f64()));
 
-    // 4. Build.
-    let t = Instant::now();
-    let failed = run.job(&make_job(&tc, &l, opts.jobs), "make bzImage")?;
-    let stopped = run.stopped.take();
-    durations.push(("build".into(), t.elapsed().as_secs_f64()));
-    drop(run);
-    log.flush()?;
-
-    let status = match failed {
-        None => Status::Pass,
-        Some(code) if infra_exit(opts.runtime, code) => Status::Error,
-        Some(_) => Status::Fail,
-    };
-    let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
-    record_base_warnings(&l.build, &crate::build::warnings::parse(&log_text))?;
-    let mut artifacts = BTreeMap::new();
-    let mut log_excerpt = Vec::new();
-    let mut status = status;
-    if status == Status::Pass {
-        match copy_artifacts(&l.build, &opts.out) {
-            Ok(copied) => {
-                std::fs::write(l.build.join(".phyfarm-built"), "")?;
-                artifacts.extend(copied);
-            }
-            Err(e) if e.is_refusal() => {
-                // The build left a link (or a non-file) where an artifact
-                // belongs: the code under test did that.
-                status = Status::Fail;
-                log_excerpt = vec![format!("refused to copy an artifact: {e}")];
-            }
-            Err(e) => return Err(e.into()),
+    /// Step 2, the build tree: start from the plain tree of this variant (for -K
+    /// builds) or from the other variant's, if one has been built. Locked
+    /// first: a concurrent build of this tree waits instead of copying into
+    /// it at the same time. Returns the tree's lock.
+    fn prepare_build_tree(&self) -> Result<Lock> {
+        let (l, label, variant) = (&self.l, &self.label, self.opts.variant);
+        if let Some(parent) = l.build.parent() {
+            std::fs::create_dir_all(parent)?;
         }
-    } else {
-        log_excerpt = metadata::error_excerpt(&log_text, 20);
-        if let Some(why) = &stopped {
-            log_excerpt.insert(0, format!("phyfarm stopped the build: {why}"));
+        let lock = lock(&l.build.with_extension("lock"), label)?;
+        if !l.build.join(".config").is_file() {
+            need_space(&self.paths.cache, BUILD_SPACE, "the build tree")?;
+            let plain = Layout::new(self.paths, &self.tc.kernel_version, variant).build;
+            let other = Layout::new(self.paths, &self.tc.kernel_version, variant.other()).build;
+            let seed = [plain, other]
+                .into_iter()
+                .find(|t| *t != l.build && t.join(".phyfarm-built").is_file());
+            if let Some(other) = seed {
+                info(&format!(
+                    "{label}: starting from the build tree {}",
+                    other.display()
+                ));
+                copy_built_tree(&other, &l.build, label)?;
+                let _ = std::fs::remove_file(l.build.join(".phyfarm-built"));
+            }
         }
+        std::fs::create_dir_all(&l.build)?;
+        Ok(lock)
     }
-    artifacts.insert("build.log".into(), log_path.display().to_string());
-    let meta = BuildMetadata {
-        schema: 1,
-        reproducer: opts.reproducer.clone(),
-        variant: variant.name().into(),
-        runtime: format!("{:?}", opts.runtime).to_lowercase(),
-        kernel_package: LINUX_SOURCE_PACKAGE.into(),
-        kernel_version: tc.kernel_version.clone(),
-        image: tc.image.clone(),
-        tools: tc.tools.clone(),
-        config_hash: Some(hex(&Sha256::digest(dotconfig.as_bytes()))),
-        fragments: frags.iter().map(|f| f.display().to_string()).collect(),
-        durations: durations.clone(),
-        status,
-        log_excerpt: log_excerpt.clone(),
-        started,
-        finished: metadata::now_rfc3339(),
-        artifacts,
-    };
-    metadata::write_json_atomic(&opts.out.join("metadata.json"), &meta)?;
-    let timing: Vec<String> = durations
-        .iter()
-        .map(|(k, v)| format!("{k} {v:.0}s"))
-        .collect();
-    info(&format!("{label}: {}", timing.join(", ")));
-    match status {
-        Status::Pass => {
-            info(&format!("{label}: build PASS"));
-            Ok(Outcome::Pass)
-        }
-        Status::Fail => {
-            eprintln!("E: {label}: build FAIL; first errors:");
-            for l in log_excerpt.iter().take(10) {
-                eprintln!("E:   {}", progress::printable(l));
+
+    /// Step 3: configure, unless the inputs are unchanged; then verify every
+    /// requested option, every time. Returns the `.config`.
+    fn configure(&mut self, run: &mut Run) -> Result<String> {
+        let (tc, l, extra) = (&self.tc, &self.l, &self.extra);
+        let t = Instant::now();
+        let stamp = l.build.join(".phyfarm-config-inputs");
+        let want = config_inputs_hash(l, &self.frags, extra, &tc.kernel_version);
+        let fresh = std::fs::read_to_string(&stamp)
+            .map(|s| s.trim() == want)
+            .unwrap_or(false)
+            && l.build.join(".config").is_file();
+        if !fresh {
+            std::fs::write(l.build.join(".phyfarm-extra.config"), extra)?;
+            let steps = ["tinyconfig", "merge_config.sh", "olddefconfig"];
+            for (j, step) in configure_jobs(tc, l, self.opts.variant, !extra.is_empty())
+                .iter()
+                .zip(steps)
+            {
+                if let Some(code) = run.job(j, &format!("configure: {step}"))? {
+                    bail!(
+                        "configuring the kernel failed (exit {code}); see {}",
+                        self.log_path.display()
+                    );
+                }
             }
-            eprintln!("E: full log: {}", log_path.display());
-            Ok(Outcome::Fail)
+        } else {
+            info(&format!("{}: configuration unchanged", self.label));
         }
-        _ => bail!(
-            "the build could not run (podman failed); see {}",
-            log_path.display()
-        ),
+        let mut requests = Vec::new();
+        for f in &self.frags {
+            requests.extend(kconfig::parse_fragment(f)?);
+        }
+        requests.extend(kconfig::parse_fragment_text(Path::new("-K"), extra)?);
+        let requests = kconfig::last_wins(requests);
+        let dotconfig = String::from_utf8_lossy(&crate::sandbox::safe_fs::read_in(
+            &l.build,
+            Path::new(".config"),
+            64 << 20,
+        )?)
+        .into_owned();
+        let cfg = kconfig::parse_dotconfig(&dotconfig);
+        if let Err(e) = kconfig::verify(&requests, &cfg, &SourceTree::new(&l.src)) {
+            let _ = std::fs::remove_file(&stamp);
+            return Err(e.into());
+        }
+        std::fs::write(&stamp, &want)?;
+        self.durations
+            .push(("configure".into(), t.elapsed().as_secs_f64()));
+        Ok(dotconfig)
+    }
+
+    /// Step 4: `make bzImage`. Returns make's exit code if it failed, and
+    /// why phyfarm stopped it if it did.
+    fn make_bzimage(&mut self, run: &mut Run) -> Result<(Option<i32>, Option<String>)> {
+        let t = Instant::now();
+        let failed = run.job(&make_job(&self.tc, &self.l, self.opts.jobs), "make bzImage")?;
+        let stopped = run.stopped.take();
+        self.durations
+            .push(("build".into(), t.elapsed().as_secs_f64()));
+        Ok((failed, stopped))
+    }
+
+    /// After `make bzImage`: the tree's base warnings, the artifacts copied
+    /// out and `metadata.json` written. Returns the build's status and the
+    /// excerpt of its log.
+    fn record(
+        &self,
+        failed: Option<i32>,
+        stopped: Option<&str>,
+        dotconfig: &str,
+    ) -> Result<(Status, Vec<String>)> {
+        let (opts, l) = (self.opts, &self.l);
+        let status = match failed {
+            None => Status::Pass,
+            Some(code) if infra_exit(opts.runtime, code) => Status::Error,
+            Some(_) => Status::Fail,
+        };
+        let log_text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        record_base_warnings(&l.build, &crate::build::warnings::parse(&log_text))?;
+        let mut artifacts = BTreeMap::new();
+        let mut log_excerpt = Vec::new();
+        let mut status = status;
+        if status == Status::Pass {
+            match copy_artifacts(&l.build, &opts.out) {
+                Ok(copied) => {
+                    std::fs::write(l.build.join(".phyfarm-built"), "")?;
+                    artifacts.extend(copied);
+                }
+                Err(e) if e.is_refusal() => {
+                    // The build left a link (or a non-file) where an artifact
+                    // belongs: the code under test did that.
+                    status = Status::Fail;
+                    log_excerpt = vec![format!("refused to copy an artifact: {e}")];
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            log_excerpt = metadata::error_excerpt(&log_text, 20);
+            if let Some(why) = stopped {
+                log_excerpt.insert(0, format!("phyfarm stopped the build: {why}"));
+            }
+        }
+        artifacts.insert("build.log".into(), self.log_path.display().to_string());
+        let meta = BuildMetadata {
+            schema: 1,
+            reproducer: opts.reproducer.clone(),
+            variant: opts.variant.name().into(),
+            runtime: format!("{:?}", opts.runtime).to_lowercase(),
+            kernel_package: LINUX_SOURCE_PACKAGE.into(),
+            kernel_version: self.tc.kernel_version.clone(),
+            image: self.tc.image.clone(),
+            tools: self.tc.tools.clone(),
+            config_hash: Some(hex(&Sha256::digest(dotconfig.as_bytes()))),
+            fragments: self.frags.iter().map(|f| f.display().to_string()).collect(),
+            durations: self.durations.clone(),
+            status,
+            log_excerpt: log_excerpt.clone(),
+            started: self.started.clone(),
+            finished: metadata::now_rfc3339(),
+            artifacts,
+        };
+        metadata::write_json_atomic(&opts.out.join("metadata.json"), &meta)?;
+        Ok((status, log_excerpt))
+    }
+
+    /// The build's timing and verdict, on the terminal.
+    fn report(&self, status: Status, log_excerpt: &[String]) -> Result<Outcome> {
+        let label = &self.label;
+        let timing: Vec<String> = self
+            .durations
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.0}s"))
+            .collect();
+        info(&format!("{label}: {}", timing.join(", ")));
+        match status {
+            Status::Pass => {
+                info(&format!("{label}: build PASS"));
+                Ok(Outcome::Pass)
+            }
+            Status::Fail => {
+                eprintln!("E: {label}: build FAIL; first errors:");
+                for l in log_excerpt.iter().take(10) {
+                    eprintln!("E:   {}", progress::printable(l));
+                }
+                eprintln!("E: full log: {}", self.log_path.display());
+                Ok(Outcome::Fail)
+            }
+            _ => bail!(
+                "the build could not run (podman failed); see {}",
+                self.log_path.display()
+            ),
+        }
     }
 }
 

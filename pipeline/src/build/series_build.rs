@@ -4,32 +4,38 @@
 //! Rust gates on the result. Everything lands in one output folder with a
 //! `series-build.json` summary.
 //!
-//! One file over 500 lines: `build_series_summary` walks the steps in the
-//! order they run (base, tree, apply and build per patch, gates, KUnit,
-//! artifacts), read top to bottom; the gates are in `series_build/gates.rs`.
+//! One file over 500 lines: the series build's records, its summary and the
+//! table printed from it, and `build_series_summary` calling its steps in
+//! the order they run, read top to bottom: the base builds and the series
+//! tree (`series_build/tree.rs`), apply and build per patch
+//! (`series_build/patches.rs`), the gates and KUnit (here, each gate in
+//! `series_build/gates.rs`), the artifacts.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::build::apply::{self, ApplyReport, ApplyState, Trees, BASE_TAG};
-use crate::build::kernel::{self, BuildOptions, Layout, Toolchain};
+use crate::build::apply::{self, ApplyReport, ApplyState, Trees};
+use crate::build::kernel::{self, Toolchain};
 use crate::build::metadata::{self, BuildMetadata, Status};
 use crate::build::steps::Run;
-use crate::build::warnings::{self, Warning};
+use crate::build::warnings::Warning;
 use crate::config::{Paths, Variant};
 use crate::ingest::series::{self, Series};
-use crate::progress::{info, warn};
+use crate::progress::info;
 use crate::sandbox::runtime::{Job, Runtime};
 use crate::Outcome;
 
 mod gates;
+mod patches;
+mod tree;
 pub use gates::{gate_scopes, gate_target, ENUM_CHECK_OUTPUT, GATES};
+use patches::Patched;
+use tree::SeriesTree;
 
 #[derive(Debug, Clone)]
 pub struct SeriesBuildOptions {
@@ -165,23 +171,6 @@ impl Ctx<'_> {
             .join(format!("series-{}", v.name()))
     }
 
-    /// `make bzImage` of the mounted tree, as every series build step runs it.
-    fn bzimage_argv(&self) -> Vec<String> {
-        let j = format!("-j{}", self.opts.jobs);
-        [
-            "make",
-            "-C",
-            "/src",
-            "O=/build",
-            "ARCH=x86_64",
-            &j,
-            "bzImage",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    }
-
     fn kunit_build_dir(&self) -> PathBuf {
         self.paths
             .build_root()
@@ -222,11 +211,52 @@ pub fn outcome(b: &SeriesBuild) -> Outcome {
     }
 }
 
-// Long: the four numbered steps share the series tree's lock, the log and the per-patch records; splitting them into functions is open work.
 /// [`build_series`], returning the summary it wrote to `series-build.json`.
 pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<SeriesBuild> {
     let s = series::load(&opts.dir)?;
     let started = metadata::now_rfc3339();
+    prepare_folder(opts, &s)?;
+
+    // 1. The unpatched base, per variant: builds the trees the series starts from.
+    let base = tree::build_base(paths, opts)?;
+    let kunit = opts.kunit && opts.variants.contains(&Variant::Rust);
+    if kunit {
+        tree::build_base_kunit(paths, opts)?;
+    }
+    let tc = kernel::toolchain(paths, opts.runtime, false)?;
+    let root = paths.cache.join("trees").join(&tc.kernel_version);
+    let ctx = Ctx {
+        paths,
+        opts,
+        trees: Trees::new(&root),
+        env: opts.runtime.env(&paths.repo),
+        tc,
+    };
+    // Held to the end: the series tree is this build's until its summary is written.
+    let mut series_tree = SeriesTree::lock(&ctx, &root)?;
+
+    // 2. The git scratch tree, made once per kernel version, and the build trees.
+    tree::prepare(&ctx, &mut series_tree, kunit)?;
+
+    // 3. Apply and build, patch by patch.
+    let mut rec = patches::apply_and_build(&ctx, &s, &mut series_tree)?;
+
+    // 4. Rust gates and the KUnit build on the fully patched tree.
+    let gates = gates_and_kunit(&ctx, &s, &mut rec, kunit)?;
+
+    // 5. Artifacts per variant, for the farm.
+    copy_out_kernels(&ctx, &mut rec)?;
+
+    let summary = summarize(&ctx, s, base, rec, gates, started);
+    metadata::write_json_atomic(&RunFolder::new(&opts.out).series_build(), &summary)?;
+    print!("{}", render(&summary));
+    println!("{}", opts.out.display());
+    Ok(summary)
+}
+
+/// The output folder, with the series' patches staged in it and no kernel
+/// an earlier run left there.
+fn prepare_folder(opts: &SeriesBuildOptions, s: &Series) -> Result<()> {
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
     info(&format!(
@@ -237,7 +267,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         opts.dir.display()
     ));
     let folder = RunFolder::new(&opts.out);
-    stage_patches(&s, &folder.patches())?;
+    stage_patches(s, &folder.patches())?;
     // A kernel an earlier run left in this folder must not be taken for this
     // run's: the farm tests whatever kernel it finds there.
     for dir in Variant::ALL
@@ -255,200 +285,28 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
             }
         }
     }
+    Ok(())
+}
 
-    // 1. The unpatched base, per variant: builds the trees the series starts from.
-    let mut base = BTreeMap::new();
-    for v in &opts.variants {
-        let out = folder.base().variant(v.name());
-        let o = BuildOptions {
-            variant: *v,
-            out: out.clone(),
-            runtime: opts.runtime,
-            jobs: opts.jobs,
-            dry_run: false,
-            extra: vec![],
-            reproducer: format!("phyfarm build --variant {v} -o {}", out.display()),
-        };
-        let r = kernel::build(paths, &o)?;
-        base.insert(
-            v.name().to_string(),
-            if r == Outcome::Pass {
-                Status::Pass
-            } else {
-                Status::Fail
-            },
-        );
-        if r != Outcome::Pass {
-            anyhow::bail!(
-                "the unpatched base does not build in variant {v}: see {}",
-                out.join("build.log").display()
-            );
-        }
-    }
-    let kunit = opts.kunit && opts.variants.contains(&Variant::Rust);
-    if kunit {
-        let out = folder.base().kunit();
-        let o = BuildOptions {
-            variant: Variant::Rust,
-            out: out.clone(),
-            runtime: opts.runtime,
-            jobs: opts.jobs,
-            dry_run: false,
-            extra: KUNIT_OPTIONS.map(String::from).to_vec(),
-            reproducer: format!(
-                "phyfarm build --variant rust -K {} -o {}",
-                KUNIT_OPTIONS.join(" -K "),
-                out.display()
-            ),
-        };
-        info("[rust-kunit] the base's KUnit configuration");
-        if kernel::build(paths, &o)? != Outcome::Pass {
-            anyhow::bail!(
-                "the unpatched base does not build with KUnit: see {}",
-                out.join("build.log").display()
-            );
-        }
-    }
-    let tc = kernel::toolchain(paths, opts.runtime, false)?;
-    let root = paths.cache.join("trees").join(&tc.kernel_version);
-    let ctx = Ctx {
-        paths,
-        opts,
-        trees: Trees::new(&root),
-        env: opts.runtime.env(&paths.repo),
-        tc,
-    };
-    std::fs::create_dir_all(&root)?;
-    let _lock = kernel::lock(&root.join(".lock"), "[series]")?;
-    let log_path = opts.out.join("apply.log");
-    let mut log = File::create(&log_path)?;
-    writeln!(log, "# reproduce: {}", opts.reproducer)?;
-
-    // 2. The git scratch tree, made once per kernel version.
-    let pristine = Layout::new(paths, &ctx.tc.kernel_version, Variant::Rust).src;
-    let t = Instant::now();
-    if apply::copy_pristine(&pristine, &ctx.trees)? {
-        info("preparing the git tree of the distro source (once per version)");
-        let mut run = ctx.run(&mut log, "[series]");
-        for args in [
-            vec!["init", "-q"],
-            vec!["add", "-f", "-A"],
-            vec!["commit", "-q", "--no-verify", "-m", "distro source"],
-            vec!["tag", "-f", BASE_TAG],
-        ] {
-            if let Some(code) = run.job(&ctx.git(&args), &format!("git {}", args[0]))? {
-                let _ = std::fs::remove_dir_all(&ctx.trees.git);
-                anyhow::bail!(
-                    "`git {}` on the scratch tree failed (exit {code}); see {}",
-                    args[0],
-                    log_path.display()
-                );
-            }
-        }
-        info(&format!(
-            "[series] the git tree is ready in {:.0} s",
-            t.elapsed().as_secs_f64()
-        ));
-    }
-    {
-        let mut run = ctx.run(&mut log, "[series]");
-        // Git must judge files by content and mtime only: the sandbox hands
-        // the tree to another uid (ctime, owner), and a checkout that
-        // rewrote every file would give them new mtimes and turn each
-        // per-patch build into a full kernel build.
-        for args in [
-            vec!["config", "core.checkStat", "minimal"],
-            vec!["config", "core.trustctime", "false"],
-            vec!["checkout", "-q", "-f", BASE_TAG],
-            vec!["clean", "-q", "-f", "-d", "-x"],
-        ] {
-            if let Some(code) = run.job(&ctx.git(&args), "resetting the tree to the base")? {
-                anyhow::bail!(
-                    "resetting the scratch tree failed (exit {code}); see {}",
-                    log_path.display()
-                );
-            }
-        }
-    }
-    // Every series build starts from a fresh copy of the base tree: the
-    // previous series' build could write anything into its own tree, and
-    // none of it may reach this one.
-    for v in &opts.variants {
-        let base_tree = Layout::new(paths, &ctx.tc.kernel_version, *v).build;
-        let dir = ctx.series_build_dir(*v);
-        let label = format!("[{v}]");
-        info(&format!("{label} a fresh series build tree from the base"));
-        kernel::copy_built_tree(&base_tree, &dir, &label)?;
-    }
-    if kunit {
-        let extra = kernel::extra_fragment(&KUNIT_OPTIONS.map(String::from))?;
-        let base_tree =
-            Layout::with_extra(paths, &ctx.tc.kernel_version, Variant::Rust, &extra).build;
-        info("[rust-kunit] a fresh series build tree from the base");
-        kernel::copy_built_tree(&base_tree, &ctx.kunit_build_dir(), "[rust-kunit]")?;
-    }
-
-    // 3. Apply and build, patch by patch.
-    let mut reports = Vec::new();
-    let mut builds = Vec::new();
-    let mut broken = false;
-    for (p, file) in s.patches.iter().zip(1..) {
-        let _ = file;
-        let name = format!("/patches/{:04}.patch", p.index);
-        let label = format!("[{}/{}]", p.index, p.total);
-        info(&format!("{label} applying: {}", printable(&p.subject)));
-        let report = apply_one(&ctx, &mut log, &name, p.index as usize)?;
-        let state = report.state;
-        match state {
-            ApplyState::Applied => info(&format!("{label} applied")),
-            ApplyState::AlreadyApplied => warn(&format!(
-                "{label} already applied: {}",
-                printable(
-                    report
-                        .message
-                        .strip_prefix("already applied: ")
-                        .unwrap_or(&report.message)
-                )
-            )),
-            _ => {
-                for line in report.message.lines() {
-                    eprintln!("E: {label} {}", printable(line));
-                }
-                for h in &report.rejected {
-                    for l in h.text.lines().take(12) {
-                        eprintln!("E:     {}", printable(l));
-                    }
-                }
-            }
-        }
-        reports.push(report);
-        if state == ApplyState::Failed {
-            broken = true;
-        }
-        if broken {
-            continue;
-        }
-        for v in &opts.variants {
-            builds.push(build_after(&ctx, p.index, p.total, *v)?);
-        }
-    }
-
-    // 4. Rust gates on the fully patched tree (rust variant), and beside
-    // them the KUnit configuration of that tree: the doctests are compiled
-    // only there, so a broken doctest fails here, with its error. The gates
-    // mostly compile one crate at a time; the KUnit build, in its own build
-    // tree and log, takes the cores they leave.
+/// Step 4: the Rust gates on the fully patched tree (rust variant), and beside
+/// them the KUnit configuration of that tree: the doctests are compiled
+/// only there, so a broken doctest fails here, with its error. The gates
+/// mostly compile one crate at a time; the KUnit build, in its own build
+/// tree and log, takes the cores they leave. A KUnit kernel that built is
+/// copied out.
+fn gates_and_kunit(ctx: &Ctx, s: &Series, rec: &mut Patched, kunit: bool) -> Result<Vec<Gate>> {
+    let (builds, broken) = (&rec.builds, rec.broken);
     let rust_built = !broken
         && builds
             .iter()
             .rev()
             .find(|b| b.variant == Variant::Rust)
             .is_some_and(|b| b.status == Status::Pass);
-    let run_gates = opts.gates && opts.variants.contains(&Variant::Rust);
+    let run_gates = ctx.opts.gates && ctx.opts.variants.contains(&Variant::Rust);
     let (gates, kunit_gate) = std::thread::scope(|scope| {
-        let kunit_job = kunit.then(|| scope.spawn(|| gates::kunit_build(&ctx, rust_built)));
+        let kunit_job = kunit.then(|| scope.spawn(|| gates::kunit_build(ctx, rust_built)));
         let gates = if run_gates {
-            gates::rust_gates(&ctx, &s, &builds, broken)
+            gates::rust_gates(ctx, s, builds, broken)
         } else {
             Ok(Vec::new())
         };
@@ -462,10 +320,9 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
     });
     let mut gates = gates?;
 
-    let mut refused: Vec<String> = Vec::new();
     if let Some(gate) = kunit_gate? {
         if gate.status == "PASS" {
-            let dir = folder.kunit();
+            let dir = RunFolder::new(&ctx.opts.out).kunit();
             std::fs::create_dir_all(&dir)?;
             let tree = ctx.kunit_build_dir();
             if let Err(e) = crate::sandbox::safe_fs::copy_out(
@@ -477,16 +334,22 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
                     return Err(e.into());
                 }
                 eprintln!("E: [rust-kunit] refused to copy an artifact: {e}");
-                refused.push(format!("[rust] refused to copy the KUnit kernel: {e}"));
+                rec.refused
+                    .push(format!("[rust] refused to copy the KUnit kernel: {e}"));
             }
         }
         gates.push(gate);
     }
+    Ok(gates)
+}
 
-    // 5. Artifacts per variant, for the farm.
+/// Step 5: artifacts per variant, for the farm: the kernel and `.config` of each
+/// variant whose last build passed, with its `metadata.json`.
+fn copy_out_kernels(ctx: &Ctx, rec: &mut Patched) -> Result<()> {
+    let (opts, folder) = (ctx.opts, RunFolder::new(&ctx.opts.out));
     for v in &opts.variants {
-        let last = builds.iter().rev().find(|b| b.variant == *v);
-        if let Some(b) = last.filter(|b| b.status == Status::Pass && !broken) {
+        let last = rec.builds.iter().rev().find(|b| b.variant == *v);
+        if let Some(b) = last.filter(|b| b.status == Status::Pass && !rec.broken) {
             let dir = folder.variant(v.name());
             std::fs::create_dir_all(&dir)?;
             let tree = ctx.series_build_dir(*v);
@@ -499,10 +362,11 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
                         return Err(e.into());
                     }
                     eprintln!("E: [{v}] refused to copy an artifact: {e}");
-                    refused.push(format!("[{v}] refused to copy an artifact: {e}"));
+                    rec.refused
+                        .push(format!("[{v}] refused to copy an artifact: {e}"));
                 }
             }
-            if refused.iter().any(|r| r.starts_with(&format!("[{v}]"))) {
+            if rec.refused.iter().any(|r| r.starts_with(&format!("[{v}]"))) {
                 let _ = std::fs::remove_file(dir.join("bzImage"));
                 continue;
             }
@@ -518,7 +382,25 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
             metadata::write_json_atomic(&dir.join("metadata.json"), &meta)?;
         }
     }
+    Ok(())
+}
 
+/// The series build's summary: a refused artifact fails its variant's last
+/// build; any failure fails the series.
+fn summarize(
+    ctx: &Ctx,
+    s: Series,
+    base: BTreeMap<String, Status>,
+    rec: Patched,
+    gates: Vec<Gate>,
+    started: String,
+) -> SeriesBuild {
+    let Patched {
+        reports,
+        mut builds,
+        broken,
+        refused,
+    } = rec;
     for r in &refused {
         if let Some(b) = builds
             .iter_mut()
@@ -534,8 +416,8 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         || builds.iter().any(|b| b.status != Status::Pass)
         || gates.iter().any(|g| g.status == "FAIL");
     let errored = gates.iter().any(|g| g.status == "ERROR");
-    let summary = SeriesBuild {
-        reproducer: opts.reproducer.clone(),
+    SeriesBuild {
+        reproducer: ctx.opts.reproducer.clone(),
         series: s,
         kernel_version: ctx.tc.kernel_version.clone(),
         image: ctx.tc.image.clone(),
@@ -552,172 +434,7 @@ pub fn build_series_summary(paths: &Paths, opts: &SeriesBuildOptions) -> Result<
         },
         started,
         finished: metadata::now_rfc3339(),
-    };
-    metadata::write_json_atomic(&folder.series_build(), &summary)?;
-    print!("{}", render(&summary));
-    println!("{}", opts.out.display());
-    Ok(summary)
-}
-
-fn apply_one(ctx: &Ctx, log: &mut File, name: &str, index: usize) -> Result<ApplyReport> {
-    let mut run = ctx.run(log, "[apply]");
-    let file = name.trim_start_matches("/patches/").to_string();
-    let mut report = ApplyReport {
-        index,
-        file,
-        state: ApplyState::Applied,
-        message: String::new(),
-        rejected: vec![],
-        clean_files: vec![],
-    };
-    if run
-        .capture(&ctx.git(&["apply", "--check", name]))?
-        .0
-        .is_none()
-    {
-        let (code, out) = run.capture(&ctx.git(&["am", "-3", "--keep-non-patch", name]))?;
-        if code.is_some() {
-            run.capture(&ctx.git(&["am", "--abort"]))?;
-            report.state = ApplyState::Failed;
-            report.message = format!("git am failed: {}", out.lines().last().unwrap_or("").trim());
-        }
-        return Ok(report);
     }
-    if run
-        .capture(&ctx.git(&["apply", "-R", "--check", name]))?
-        .0
-        .is_none()
-    {
-        report.state = ApplyState::AlreadyApplied;
-        report.message = "its change is already in the tree (it reverse-applies)".into();
-        return Ok(report);
-    }
-    let (_, out) = run.capture(&ctx.git(&["apply", "--reject", "--verbose", name]))?;
-    let (clean, rejects) = apply::parse_reject_output(&out);
-    report.rejected = apply::collect_rejects(&ctx.trees.work, &rejects)?;
-    report.clean_files = clean;
-    for args in [
-        vec!["checkout", "-q", "-f", "HEAD"],
-        vec!["clean", "-q", "-f", "-d", "-x"],
-    ] {
-        run.capture(&ctx.git(&args))?;
-    }
-    if report.clean_files.is_empty()
-        && !report.rejected.is_empty()
-        && report.rejected.iter().all(|h| h.already_present)
-    {
-        report.state = ApplyState::AlreadyApplied;
-        report.message =
-            "already applied: every line it adds is in the tree, with different context".into();
-    } else {
-        report.state = ApplyState::Failed;
-        report.message = if report.rejected.is_empty() {
-            format!(
-                "does not apply: {}",
-                out.lines()
-                    .find(|l| l.starts_with("error:"))
-                    .unwrap_or("")
-                    .trim()
-            )
-        } else {
-            apply::describe_failure(index, &report.rejected)
-        };
-    }
-    Ok(report)
-}
-
-fn build_after(ctx: &Ctx, index: u32, total: u32, v: Variant) -> Result<PatchBuild> {
-    let log_path = RunFolder::new(&ctx.opts.out)
-        .logs()
-        .join(format!("patch{index}-{}.log", v.name()));
-    std::fs::create_dir_all(log_path.parent().unwrap())?;
-    let mut log = File::create(&log_path)?;
-    writeln!(log, "# reproduce: {}", ctx.opts.reproducer)?;
-    writeln!(log, "# build after patch {index}/{total}, variant {v}")?;
-    let label = format!("[{index}/{total} {v}]");
-    let t = Instant::now();
-    let argv = ctx.bzimage_argv();
-    let mut run = ctx.run(&mut log, &label);
-    let failed = run.job(&ctx.make_job(v, &argv), "make bzImage")?;
-    let stopped = run.stopped.take();
-    drop(run);
-    let seconds = t.elapsed().as_secs_f64();
-    drop(log);
-    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let base_keys =
-        kernel::base_warning_keys(&Layout::new(ctx.paths, &ctx.tc.kernel_version, v).build);
-    let found = warnings::new_warnings(&warnings::parse(&text), &base_keys);
-    let (new_warnings, accepted_warnings) = accept_warnings(found, &accepted(&ctx.opts.dir)?);
-    for (w, why) in &accepted_warnings {
-        info(&format!(
-            "{label} new warning accepted by series.toml ({why}): {}",
-            w.text
-        ));
-    }
-    let status = if failed.is_none() {
-        Status::Pass
-    } else {
-        Status::Fail
-    };
-    info(&format!(
-        "{label} build {} in {seconds:.0} s{}",
-        status,
-        if new_warnings.is_empty() {
-            String::new()
-        } else {
-            format!(", {} new warnings", new_warnings.len())
-        }
-    ));
-    Ok(PatchBuild {
-        index,
-        variant: v,
-        status,
-        seconds,
-        new_warnings,
-        accepted_warnings,
-        log: log_path.display().to_string(),
-        log_excerpt: match (&failed, stopped) {
-            (Some(_), Some(why)) => {
-                let mut e = vec![format!("phyfarm stopped the build: {why}")];
-                e.extend(metadata::error_excerpt(&text, 19));
-                e
-            }
-            (Some(_), None) => metadata::error_excerpt(&text, 20),
-            (None, _) => vec![],
-        },
-    })
-}
-
-/// The `accepted-warnings` of the series.toml beside revision folder `dir`
-/// (none without one).
-fn accepted(dir: &Path) -> Result<Vec<series::AcceptedWarning>> {
-    let Some(m) = dir
-        .parent()
-        .map(|p| p.join(series::MANIFEST_FILE))
-        .filter(|m| m.is_file())
-    else {
-        return Ok(vec![]);
-    };
-    Ok(series::load_manifest(&m)?.accepted_warnings)
-}
-
-/// Split new warnings into those that count and those a series accepted.
-fn accept_warnings(
-    found: Vec<Warning>,
-    accepted: &[series::AcceptedWarning],
-) -> (Vec<Warning>, Vec<(Warning, String)>) {
-    let mut counted = Vec::new();
-    let mut let_pass = Vec::new();
-    for w in found {
-        match accepted
-            .iter()
-            .find(|a| w.text.contains(a.warning.as_str()))
-        {
-            Some(a) => let_pass.push((w, a.reason.clone())),
-            None => counted.push(w),
-        }
-    }
-    (counted, let_pass)
 }
 
 /// The summary table printed at the end.

@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use super::{Ctx, Gate, PatchBuild, KUNIT_GATE, KUNIT_OPTIONS};
 use crate::build::gate_scope;
-use crate::build::kernel::Layout;
+use crate::build::kernel::{self, Layout, KBUILD_MAKE};
 use crate::build::metadata::{self, Status};
 use crate::config::{Paths, Variant};
 use crate::ingest::series::Series;
@@ -31,10 +31,7 @@ pub const GATES: [&str; 4] = ["rustfmtcheck", "enum-check", "rustdoc", "clippy"]
 pub fn gate_target(name: &str, jobs: usize, tree: &Path) -> Option<Vec<String>> {
     let j = format!("-j{jobs}");
     let base = |extra: &[&str]| {
-        let mut v: Vec<String> = ["make", "-C", "/src", "O=/build", "ARCH=x86_64"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut v: Vec<String> = KBUILD_MAKE.iter().map(|s| s.to_string()).collect();
         v.extend(extra.iter().map(|s| s.to_string()));
         v
     };
@@ -205,7 +202,7 @@ pub(super) fn kunit_build(ctx: &Ctx, rust_built: bool) -> Result<Gate> {
         "# the patched tree with -K {}",
         KUNIT_OPTIONS.join(" -K ")
     )?;
-    let argv = ctx.bzimage_argv();
+    let argv = kernel::bzimage_argv(ctx.opts.jobs);
     let t = Instant::now();
     let mut run = ctx.run(&mut log, "[rust-kunit]");
     let failed = run.job(

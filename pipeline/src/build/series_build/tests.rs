@@ -1,3 +1,4 @@
+use super::patches::{accept_warnings, accepted};
 use super::*;
 
 #[test]
