@@ -315,7 +315,7 @@ def use_machine(accel: str, description: dict) -> None:
 
 def machine(accel: str) -> dict:
     """The QEMU machine every phyfarm guest is, as phyfarm defines it for
-    `phyfarm boot` too (pipeline/src/guest/boot.rs): "argv", the template
+    `phyfarm boot` too (pipeline/src/guest/machine.rs): "argv", the template
     with the slots {kernel}, {initrd}, {memory}, {append} and {console}
     left to fill (confinement included), and what phyfarm decided with it:
     "qemu_user" (or null), "qemu_version", "chardev_reconnect". The plugin

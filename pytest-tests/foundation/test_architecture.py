@@ -223,3 +223,67 @@ def test_the_readme_names_every_planned_check(phyfarm):
     verdicts = text[text.index("## Verdicts") :]
     unnamed = sorted(f for f in families if f"`{f}" not in verdicts)
     assert not unnamed, f"README.md's Verdicts section does not name {unnamed}"
+
+
+#: The modules that run podman: the sandbox (its probe, every sandboxed
+#: argv, and the read-only copy-out `sandbox::runtime::copy_out`), image
+#: builds, the build steps' runner `build::steps::Run` (stopping a step's
+#: container) and doctor's probe of the installed version. Everything else
+#: runs a container through them.
+PODMAN_OWNERS = (
+    "pipeline/src/sandbox/",
+    "pipeline/src/build/images.rs",
+    "pipeline/src/build/steps.rs",
+    "pipeline/src/cli/doctor.rs",
+)
+
+#: The literal "podman" as the program of a command: the first word of an
+#: argv literal (`["podman", …]`, `vec!["podman".into(), …]`), a `Command`'s
+#: program or argument, a constant naming it, or made into a `String` (an
+#: argv built word by word).
+PODMAN_AS_PROGRAM = re.compile(
+    r'\[\s*"podman"'
+    r'|(?:Command::new|\.arg)\(\s*"podman"\s*\)'
+    r'|\b(?:const|static)\s+\w+\s*:\s*&(?:\'static\s+)?str\s*=\s*"podman"'
+    r'|"podman"\.(?:into|to_string|to_owned)\(\)|String::from\("podman"\)'
+)
+#: ...except as a struct field's value, which names the runtime
+#: (build/metadata.rs: `runtime: "podman".into()`), as a label does.
+FIELD_VALUE = re.compile(r"\b\w+\s*:\s*$")
+
+
+def podman_programs(path: Path) -> list[int]:
+    """The lines of `path` that spell "podman" as a program to run (line
+    comments left out)."""
+    text = "\n".join(
+        "" if line.lstrip().startswith("//") else line for line in path.read_text().splitlines()
+    )
+    lines = set()
+    for m in PODMAN_AS_PROGRAM.finditer(text):
+        at = text.index('"podman"', m.start())
+        if FIELD_VALUE.search(text[text.rfind("\n", 0, at) + 1 : at]):
+            continue
+        lines.add(text.count("\n", 0, at) + 1)
+    return sorted(lines)
+
+
+def test_only_the_sandbox_and_its_owners_run_podman():
+    """A container is started only by the modules that own podman (the
+    sandbox, image builds, `build::steps::Run`, doctor's version probe), so every
+    other step gets the sandbox's hardening by calling them instead of
+    spelling a `podman run` of its own."""
+    base = REPO / "pipeline/src"
+    found = {str(p.relative_to(REPO)): podman_programs(p) for p in sorted(base.rglob("*.rs"))}
+    found = {p: lines for p, lines in found.items() if lines}
+    owned = [p for p in found if p.startswith(PODMAN_OWNERS)]
+    for owner in PODMAN_OWNERS:
+        assert any(p.startswith(owner) for p in owned), (
+            f"{owner} no longer runs podman: take it off the owners"
+        )
+    offenders = [
+        f"{p}:{n}" for p, lines in found.items() if not p.startswith(PODMAN_OWNERS) for n in lines
+    ]
+    assert not offenders, (
+        "podman run outside the sandbox and its owners (use "
+        "sandbox::runtime::copy_out or build::steps::Run):\n" + "\n".join(offenders)
+    )

@@ -12,7 +12,7 @@ use super::{parse_device, resolved_accel};
 use crate::build::images::ImageKind;
 use crate::config::Variant;
 use crate::guest::accel::Accel;
-use crate::guest::boot;
+use crate::guest::machine;
 use crate::sandbox::runtime::Runtime;
 
 /// phyfarm builds Debian's linux-source-6.12 with Rust PHY patch series,
@@ -483,7 +483,7 @@ pub struct GuestArgs {
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     pub timeout: u64,
     /// Guest memory in MiB
-    #[arg(long, default_value_t = boot::DEFAULT_MEMORY_MB, value_name = "MIB")]
+    #[arg(long, default_value_t = machine::DEFAULT_MEMORY_MB, value_name = "MIB")]
     pub memory: u32,
 }
 

@@ -132,13 +132,13 @@ pub fn check(paths: &Paths) -> Vec<Finding> {
     if qemu.is_some() {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
-        let user = crate::guest::boot::qemu_runas();
+        let user = crate::guest::machine::qemu_runas();
         f.push(finding(
             "QEMU user",
             !root || user.is_some(),
             match (&user, root) {
                 (Some(u), _) => {
-                    use crate::guest::boot::{confinement_args, QemuVersion};
+                    use crate::guest::machine::{confinement_args, QemuVersion};
                     let drop = confinement_args(Some(u), QemuVersion::installed())[2..].join(" ");
                     format!("QEMU drops to {u} ({drop}) and runs with -sandbox on")
                 }
@@ -147,12 +147,12 @@ pub fn check(paths: &Paths) -> Vec<Finding> {
                 }
                 (None, true) => format!(
                     "user {} missing: QEMU would run guests as root",
-                    crate::guest::boot::QEMU_USER
+                    crate::guest::machine::QEMU_USER
                 ),
             },
             &format!(
                 "{SETUP} (it creates the system user {})",
-                crate::guest::boot::QEMU_USER
+                crate::guest::machine::QEMU_USER
             ),
         ));
     }

@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::{jobs, print_stdout, GuestCommand};
 use crate::build::images;
 use crate::config::{Paths, Variant};
-use crate::guest::boot;
+use crate::guest::machine;
 use crate::sandbox::runtime::{shell_quote, Runtime};
 use crate::{progress, Outcome};
 
@@ -16,9 +16,9 @@ pub(super) fn run(paths: &Paths, runtime: Runtime, cmd: GuestCommand) -> Result<
     match cmd {
         GuestCommand::Machine { accel, json } => {
             let text = if json {
-                serde_json::to_string(&boot::machine_description(accel))? + "\n"
+                serde_json::to_string(&machine::machine_description(accel))? + "\n"
             } else {
-                shell_quote(&boot::machine_template(accel)) + "\n"
+                shell_quote(&machine::machine_template(accel)) + "\n"
             };
             print_stdout(&text)?;
             Ok(Outcome::Pass)

@@ -223,9 +223,32 @@ pub fn emulator_args(logs: &Path) -> Option<Vec<String>> {
     Some(out)
 }
 
-// Long: find, verify the plan and its hashes, prepare the folder, run and report, each step using the one before's values; splitting them is open work.
 /// Rerun the check; print what was recorded and what happened now.
 pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
+    let (found, variant) = find_node(opts)?;
+    let (plan_path, plan) = verified_plan(&found, &variant)?;
+    let env_path = found.folder.join("environment.json");
+    let env: serde_json::Value = crate::jsonfile::read_json(&env_path)
+        .with_context(|| format!("cannot read {}", env_path.display()))?
+        .unwrap_or(serde_json::Value::Null);
+    let out = repro_folder(&found, opts)?;
+    let rerun = Rerun {
+        paths,
+        opts,
+        found,
+        variant,
+        plan_path,
+        plan,
+        out,
+    };
+    let argv = rerun.pytest_argv(&env);
+    let again = rerun.run(&argv)?;
+    rerun.report(&again)
+}
+
+/// The recorded check ([`find`]) and its variant, refused unless its
+/// pytest node is one of the farm's own.
+fn find_node(opts: &Options) -> Result<(Found, String)> {
     let found = find(opts)?;
     let rec = &found.record;
     let variant = rec.variant.clone().unwrap_or_else(|| "rust".into());
@@ -237,12 +260,18 @@ pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
             printable(&rec.nodeid)
         );
     }
+    Ok((found, variant))
+}
+
+/// The run's guest plan and its path, every file checked against the
+/// SHA-256 it recorded ([`verify_plan`]).
+fn verified_plan(found: &Found, variant: &str) -> Result<(PathBuf, GuestPlan)> {
     let plan_path = found.folder.join(GUEST_PLAN);
     if !plan_path.is_file() {
         bail!("{} is missing", plan_path.display());
     }
     let plan = GuestPlan::read(&plan_path)?;
-    match verify_plan(&plan, &variant)? {
+    match verify_plan(&plan, variant)? {
         0 => warn(&format!(
             "{} records no SHA-256 (a run before phyfarm recorded them): its files are used as they are now",
             plan_path.display()
@@ -251,10 +280,12 @@ pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
             "repro: {n} files of the guest plan match the run's SHA-256"
         )),
     }
-    let env_path = found.folder.join("environment.json");
-    let env: serde_json::Value = crate::jsonfile::read_json(&env_path)
-        .with_context(|| format!("cannot read {}", env_path.display()))?
-        .unwrap_or(serde_json::Value::Null);
+    Ok((plan_path, plan))
+}
+
+/// The folder the new results go to (`-o`, or a new one under `repro/`
+/// beside the farm folder), created; one that holds results is refused.
+fn repro_folder(found: &Found, opts: &Options) -> Result<PathBuf> {
     let out = match &opts.out {
         Some(o) => o.clone(),
         None => found
@@ -268,133 +299,174 @@ pub fn repro(paths: &Paths, opts: &Options) -> Result<Outcome> {
         bail!("{} already holds results: give another -o", out.display());
     }
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    // The run's artifacts (the KUnit kernel is found there) are the farm
-    // folder's parent: the run folder or its base/.
-    let artifacts = found.folder.parent().unwrap_or(&found.folder);
-    let mut argv: Vec<String> = vec![
-        crate::farm::python(paths).display().to_string(),
-        "-m".into(),
-        "pytest".into(),
-        paths.repo.join(&rec.nodeid).display().to_string(),
-        "--results-dir".into(),
-        out.display().to_string(),
-        "--junitxml".into(),
-        out.join("junit.xml").display().to_string(),
-        "--guest-plan".into(),
-        plan_path.display().to_string(),
-        "--artifacts".into(),
-        artifacts.display().to_string(),
-        "--accel".into(),
-        plan.accel.name().to_string(),
-        "-p".into(),
-        "no:cacheprovider".into(),
-    ];
-    if let Some(t) = env["guest_timeout"].as_f64() {
-        argv.extend(["--guest-timeout".into(), t.to_string()]);
+    Ok(out)
+}
+
+/// A rerun under way: the recorded check and its variant, the run's guest
+/// plan, and the folder the new results go to.
+struct Rerun<'a> {
+    paths: &'a Paths,
+    opts: &'a Options,
+    found: Found,
+    variant: String,
+    plan_path: PathBuf,
+    plan: GuestPlan,
+    out: PathBuf,
+}
+
+impl Rerun<'_> {
+    /// pytest on the recorded node, with the run's guest plan, artifacts,
+    /// accelerator and options (`env`: its environment.json).
+    fn pytest_argv(&self, env: &serde_json::Value) -> Vec<String> {
+        let (paths, out) = (self.paths, &self.out);
+        // The run's artifacts (the KUnit kernel is found there) are the farm
+        // folder's parent: the run folder or its base/.
+        let artifacts = self.found.folder.parent().unwrap_or(&self.found.folder);
+        let mut argv: Vec<String> = vec![
+            crate::farm::python(paths).display().to_string(),
+            "-m".into(),
+            "pytest".into(),
+            paths
+                .repo
+                .join(&self.found.record.nodeid)
+                .display()
+                .to_string(),
+            "--results-dir".into(),
+            out.display().to_string(),
+            "--junitxml".into(),
+            out.join("junit.xml").display().to_string(),
+            "--guest-plan".into(),
+            self.plan_path.display().to_string(),
+            "--artifacts".into(),
+            artifacts.display().to_string(),
+            "--accel".into(),
+            self.plan.accel.name().to_string(),
+            "-p".into(),
+            "no:cacheprovider".into(),
+        ];
+        if let Some(t) = env["guest_timeout"].as_f64() {
+            argv.extend(["--guest-timeout".into(), t.to_string()]);
+        }
+        if let Some(f) = env["flaps"].as_u64() {
+            argv.extend(["--flaps".into(), f.to_string()]);
+        }
+        if let Some(d) = env["device"].as_str() {
+            argv.extend(["--device".into(), d.to_string()]);
+        }
+        if self.opts.shell {
+            argv.extend(["-s".into(), "--shell".into()]);
+        }
+        argv
     }
-    if let Some(f) = env["flaps"].as_u64() {
-        argv.extend(["--flaps".into(), f.to_string()]);
-    }
-    if let Some(d) = env["device"].as_str() {
-        argv.extend(["--device".into(), d.to_string()]);
-    }
-    if opts.shell {
-        argv.extend(["-s".into(), "--shell".into()]);
-    }
-    std::fs::write(
-        out.join("reproduce.sh"),
-        format!(
-            "# reproduce: {}\n{}\n",
-            crate::results::repro_command(&opts.revision, &opts.check, Some(&variant))
-                .unwrap_or_default(),
-            crate::sandbox::runtime::shell_quote(&argv)
-        ),
-    )?;
-    info(&format!(
-        "repro: {} ({variant}) of {}, recorded {} in {}",
-        opts.check,
-        opts.revision,
-        rec.status.name(),
-        found.folder.display()
-    ));
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(&paths.repo)
-        .env("PHYFARM_CACHE", &paths.cache);
-    if !opts.shell {
-        // pytest's report goes to stderr; stdout carries the comparison.
-        let err = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned()?;
-        cmd.stdin(Stdio::null()).stdout(Stdio::from(err));
-    }
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot run {}", argv[0]))?;
-    let results_path = out.join("results.json");
-    let Some(now) = FarmResults::load(&results_path)? else {
-        bail!(
-            "pytest ended with {status} and wrote no {}: the check could not run",
-            results_path.display()
-        );
-    };
-    let Some(again) = now
-        .tests
-        .iter()
-        .find(|t| t.id == rec.id && t.variant == rec.variant)
-    else {
-        bail!(
-            "pytest ended with {status} and {} has no {} ({variant})",
-            results_path.display(),
-            rec.id
-        );
-    };
-    // "FAIL in call: …" already says its status.
-    let said = |t: &TestRecord| -> String {
-        let line = t.message.lines().next().unwrap_or("");
-        let line = if line.starts_with(t.status.name()) {
-            line.to_string()
-        } else {
-            format!("{} {line}", t.status.name())
+
+    /// Write `reproduce.sh`, run pytest (`argv`) and return the check's new
+    /// record from the results it wrote.
+    fn run(&self, argv: &[String]) -> Result<TestRecord> {
+        let (opts, rec, variant) = (self.opts, &self.found.record, &self.variant);
+        std::fs::write(
+            self.out.join("reproduce.sh"),
+            format!(
+                "# reproduce: {}\n{}\n",
+                crate::results::repro_command(&opts.revision, &opts.check, Some(variant))
+                    .unwrap_or_default(),
+                crate::sandbox::runtime::shell_quote(argv)
+            ),
+        )?;
+        info(&format!(
+            "repro: {} ({variant}) of {}, recorded {} in {}",
+            opts.check,
+            opts.revision,
+            rec.status.name(),
+            self.found.folder.display()
+        ));
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .current_dir(&self.paths.repo)
+            .env("PHYFARM_CACHE", &self.paths.cache);
+        if !opts.shell {
+            // pytest's report goes to stderr; stdout carries the comparison.
+            let err = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned()?;
+            cmd.stdin(Stdio::null()).stdout(Stdio::from(err));
+        }
+        let status = cmd
+            .status()
+            .with_context(|| format!("cannot run {}", argv[0]))?;
+        let results_path = self.out.join("results.json");
+        let Some(now) = FarmResults::load(&results_path)? else {
+            bail!(
+                "pytest ended with {status} and wrote no {}: the check could not run",
+                results_path.display()
+            );
         };
-        printable(line.trim_end()).chars().take(200).collect()
-    };
-    let mut report = format!(
-        "{} ({variant}) of {}\n  recorded: {}\n  now:      {}\n",
-        opts.check,
-        opts.revision,
-        said(rec),
-        said(again),
-    );
-    let logs_of = |t: &TestRecord| t.logs.as_deref().map(PathBuf::from);
-    match (
-        logs_of(rec).and_then(|l| emulator_args(&l)),
-        logs_of(again).and_then(|l| emulator_args(&l)),
-    ) {
-        (Some(a), Some(b)) if a == b => report.push_str(&format!(
-            "  emulator arguments: as recorded ({})\n",
-            if a.is_empty() {
-                "none beyond the defaults".into()
+        let Some(again) = now
+            .tests
+            .into_iter()
+            .find(|t| t.id == rec.id && t.variant == rec.variant)
+        else {
+            bail!(
+                "pytest ended with {status} and {} has no {} ({variant})",
+                results_path.display(),
+                rec.id
+            );
+        };
+        Ok(again)
+    }
+
+    /// Print (and keep in `repro.txt`) what was recorded and what happened
+    /// now, with the emulator's arguments compared; the outcome is now's.
+    fn report(&self, again: &TestRecord) -> Result<Outcome> {
+        let (opts, rec, variant) = (self.opts, &self.found.record, &self.variant);
+        // "FAIL in call: …" already says its status.
+        let said = |t: &TestRecord| -> String {
+            let line = t.message.lines().next().unwrap_or("");
+            let line = if line.starts_with(t.status.name()) {
+                line.to_string()
             } else {
-                a.join(" ")
+                format!("{} {line}", t.status.name())
+            };
+            printable(line.trim_end()).chars().take(200).collect()
+        };
+        let mut report = format!(
+            "{} ({variant}) of {}\n  recorded: {}\n  now:      {}\n",
+            opts.check,
+            opts.revision,
+            said(rec),
+            said(again),
+        );
+        let logs_of = |t: &TestRecord| t.logs.as_deref().map(PathBuf::from);
+        match (
+            logs_of(rec).and_then(|l| emulator_args(&l)),
+            logs_of(again).and_then(|l| emulator_args(&l)),
+        ) {
+            (Some(a), Some(b)) if a == b => report.push_str(&format!(
+                "  emulator arguments: as recorded ({})\n",
+                if a.is_empty() {
+                    "none beyond the defaults".into()
+                } else {
+                    a.join(" ")
+                }
+            )),
+            (Some(a), Some(b)) => report.push_str(&format!(
+                "  emulator arguments: differ: recorded {} now {}\n",
+                printable(&a.join(" ")),
+                printable(&b.join(" "))
+            )),
+            _ => {
+                report.push_str("  emulator arguments: not compared (no procs.json on one side)\n")
             }
-        )),
-        (Some(a), Some(b)) => report.push_str(&format!(
-            "  emulator arguments: differ: recorded {} now {}\n",
-            printable(&a.join(" ")),
-            printable(&b.join(" "))
-        )),
-        _ => report.push_str("  emulator arguments: not compared (no procs.json on one side)\n"),
+        }
+        if let Some(l) = &again.logs {
+            report.push_str(&format!("  logs: {l}\n"));
+        }
+        print!("{report}");
+        std::fs::write(self.out.join("repro.txt"), &report)?;
+        println!("{}", self.out.display());
+        Ok(match again.status {
+            Status::Pass => Outcome::Pass,
+            Status::Fail => Outcome::Fail,
+            _ => Outcome::Error,
+        })
     }
-    if let Some(l) = &again.logs {
-        report.push_str(&format!("  logs: {l}\n"));
-    }
-    print!("{report}");
-    std::fs::write(out.join("repro.txt"), &report)?;
-    println!("{}", out.display());
-    Ok(match again.status {
-        Status::Pass => Outcome::Pass,
-        Status::Fail => Outcome::Fail,
-        _ => Outcome::Error,
-    })
 }
 
 #[cfg(test)]

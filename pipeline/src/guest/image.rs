@@ -17,8 +17,8 @@ use crate::build::images::{self, hex, ImageKind};
 use crate::config::Paths;
 use crate::guest::cpio::{self, Entry};
 use crate::jsonfile::write_json_atomic;
-use crate::progress::{self, info};
-use crate::sandbox::runtime::podman_env;
+use crate::progress::info;
+use crate::sandbox::runtime::{copy_out, CopyOutError};
 
 /// The farm guest's /init.
 pub const FARM_INIT: &str = include_str!("../../../qemu-farm/guest/farm-init.sh");
@@ -202,33 +202,24 @@ pub fn userspace(paths: &Paths) -> Result<(Vec<TarFile>, Manifest, String), Gues
     let tar = match std::fs::read(&cached) {
         Ok(t) => t,
         Err(_) => {
-            let mut argv: Vec<String> = ["podman", "run", "--rm", "--network=none"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            argv.extend([
-                img.tag.clone(),
-                "sh".into(),
-                "-c".into(),
-                COLLECT.into(),
-                "collect".into(),
-            ]);
-            argv.extend(PROGRAMS.iter().map(|s| s.to_string()));
+            let mut argv = vec!["sh", "-c", COLLECT, "collect"];
+            argv.extend(PROGRAMS);
             info(&format!("copying guest programs out of {}", img.tag));
-            let out = progress::command(&argv, None, &[podman_env(&paths.repo)])
-                .stdin(Stdio::null())
-                .output()?;
-            if !out.status.success() {
-                return Err(GuestError::Collect {
-                    image: img.tag,
-                    msg: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                });
-            }
+            let stdout = match copy_out(&paths.repo, &img.tag, &argv) {
+                Ok(stdout) => stdout,
+                Err(CopyOutError::Start(e)) => return Err(e.into()),
+                Err(CopyOutError::Failed(msg)) => {
+                    return Err(GuestError::Collect {
+                        image: img.tag,
+                        msg,
+                    })
+                }
+            };
             std::fs::create_dir_all(paths.guest_dir())?;
             let tmp = cached.with_extension(format!("tmp{}", std::process::id()));
-            std::fs::write(&tmp, &out.stdout)?;
+            std::fs::write(&tmp, &stdout)?;
             std::fs::rename(&tmp, &cached)?;
-            out.stdout
+            stdout
         }
     };
     let files = read_tar(&tar)?;

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::config::Paths;
 use crate::guest::accel::Accel;
-use crate::guest::boot;
+use crate::guest::{boot, machine};
 use crate::progress::info;
 use crate::sandbox::runtime::Runtime;
 
@@ -94,7 +94,7 @@ pub struct GuestPlan {
     pub accel: Accel,
     /// Why: "requested", or what the KVM probe saw.
     pub accel_reason: String,
-    pub machine: boot::Machine,
+    pub machine: machine::Machine,
     /// The kernels, by variant.
     pub kernels: BTreeMap<String, PathBuf>,
     /// The kernels' variants in the run's order (the first one is what a
@@ -160,7 +160,7 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<GuestPl
             req.accel,
             &crate::config::absolute(kernel),
             &initrd,
-            boot::DEFAULT_MEMORY_MB,
+            machine::DEFAULT_MEMORY_MB,
             scratch.path(),
         )
     } else {
@@ -186,7 +186,7 @@ pub fn resolve(paths: &Paths, runtime: Runtime, req: &Request) -> Result<GuestPl
         guest_image,
         accel,
         accel_reason: reason,
-        machine: boot::machine_description(accel),
+        machine: machine::machine_description(accel),
         kernels,
         variants: req.kernels.iter().map(|(v, _)| v.clone()).collect(),
         emulator,

@@ -50,6 +50,8 @@ pub const DEFAULT_MEMORY: &str = "8g";
 pub const DEFAULT_PIDS: u32 = 4096;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
 pub const DEFAULT_DISK: u64 = 10_000_000_000;
+/// The default size of a container's /tmp.
+pub const DEFAULT_TMP: &str = "1g";
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.trim().is_empty())
@@ -76,7 +78,7 @@ impl Limits {
             cpus: std::thread::available_parallelism().map_or(2, |n| n.get() as u32),
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             disk: DEFAULT_DISK,
-            tmp: "1g".into(),
+            tmp: DEFAULT_TMP.into(),
         }
     }
 
@@ -120,6 +122,19 @@ impl Limits {
     }
 }
 
+/// The `podman run` options every sandboxed container gets whatever the
+/// host supports: no capabilities, no privilege gain, a read-only root with
+/// a /tmp of `tmp` bytes at most.
+pub fn hardening(tmp: &str) -> Vec<String> {
+    vec![
+        "--cap-drop=all".to_string(),
+        "--security-opt=no-new-privileges".into(),
+        "--read-only".into(),
+        format!("--tmpfs=/tmp:rw,nosuid,nodev,size={tmp},mode=1777"),
+        "--env=HOME=/tmp".into(),
+    ]
+}
+
 /// What the host supports, and so what a step runs with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sandbox {
@@ -152,13 +167,7 @@ impl Sandbox {
     /// The `podman run` options of the sandbox.
     pub fn podman_args(&self) -> Vec<String> {
         let l = &self.limits;
-        let mut v = vec![
-            "--cap-drop=all".to_string(),
-            "--security-opt=no-new-privileges".into(),
-            "--read-only".into(),
-            format!("--tmpfs=/tmp:rw,nosuid,nodev,size={},mode=1777", l.tmp),
-            "--env=HOME=/tmp".into(),
-        ];
+        let mut v = hardening(&l.tmp);
         if self.userns && !self.rootless {
             v.push(format!("--uidmap=0:{UID_BASE}:{UID_COUNT}"));
             v.push(format!("--gidmap=0:{UID_BASE}:{UID_COUNT}"));

@@ -203,6 +203,45 @@ pub fn shell_quote(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// Why a copy-out gave nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyOutError {
+    /// podman could not be started.
+    #[error(transparent)]
+    Start(#[from] std::io::Error),
+    /// The command (or podman) failed: its stderr, trimmed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The argv of a copy-out: `argv` run in `image` with the sandbox's
+/// hardening that needs no probe of the host (no network, no capabilities,
+/// no privilege gain, a read-only root with a small /tmp).
+pub fn copy_out_argv(image: &str, argv: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = vec!["podman".into(), "run".into(), "--rm".into()];
+    v.extend(ulimit_args());
+    v.push("--network=none".into());
+    v.extend(crate::sandbox::hardening(crate::sandbox::DEFAULT_TMP));
+    v.push(image.to_string());
+    v.extend(argv.iter().map(|a| a.to_string()));
+    v
+}
+
+/// Run `argv` in `image`, one of phyfarm's own images that is only read
+/// (the guest's busybox and programs are copied out of the farm image),
+/// and return its stdout. Every such podman run of phyfarm's goes through
+/// here, so that none spells its own.
+pub fn copy_out(repo: &Path, image: &str, argv: &[&str]) -> Result<Vec<u8>, CopyOutError> {
+    let out = crate::progress::command(&copy_out_argv(image, argv), None, &[podman_env(repo)])
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(CopyOutError::Failed(err));
+    }
+    Ok(out.stdout)
+}
+
 /// The environment every podman invocation gets: phyfarm's containers.conf,
 /// unless the user points PHYFARM_CONTAINERS_CONF elsewhere.
 pub fn podman_env(repo: &Path) -> (String, String) {
@@ -255,6 +294,23 @@ mod tests {
             &v[img + 1..],
             &["make", "-C", "/src", "O=/build", "bzImage"]
         );
+    }
+
+    #[test]
+    fn a_copy_out_is_hardened() {
+        let v = copy_out_argv("img:1", &["cat", "/bin/busybox"]);
+        assert_eq!(&v[..3], &["podman", "run", "--rm"]);
+        for flag in [
+            "--network=none",
+            "--cap-drop=all",
+            "--security-opt=no-new-privileges",
+            "--read-only",
+        ] {
+            assert!(v.contains(&flag.to_string()), "{flag} missing: {v:?}");
+        }
+        assert!(v.iter().any(|a| a.starts_with("--tmpfs=/tmp:")), "{v:?}");
+        assert!(!v.iter().any(|a| a.starts_with("--mount")), "{v:?}");
+        assert_eq!(&v[v.len() - 3..], &["img:1", "cat", "/bin/busybox"]);
     }
 
     #[test]

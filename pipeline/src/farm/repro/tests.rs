@@ -110,7 +110,7 @@ fn a_file_that_changed_since_the_run_is_refused_by_name() {
         guest_image: img.clone(),
         accel: crate::guest::accel::Accel::Tcg,
         accel_reason: "requested".into(),
-        machine: crate::guest::boot::machine_description(crate::guest::accel::Accel::Tcg),
+        machine: crate::guest::machine::machine_description(crate::guest::accel::Accel::Tcg),
         kernels: [("rust".to_string(), k.clone())].into(),
         variants: vec!["rust".into()],
         emulator: None,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::guest::machine::{confinement_args, machine_description, machine_template, QemuVersion};
 
 fn report(rust: u32, c: u32) -> BTreeMap<String, String> {
     parse_report(&format!(
@@ -104,22 +105,6 @@ fn guests_are_sandboxed_and_drop_root() {
 }
 
 #[test]
-fn qemu_versions_parse_and_pick_option_spellings() {
-    let v = QemuVersion::parse("QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u16)");
-    assert_eq!(v, Some(QemuVersion(7, 2)));
-    assert_eq!(
-        QemuVersion::parse("QEMU emulator version 10.0.2"),
-        Some(QemuVersion(10, 0))
-    );
-    assert_eq!(QemuVersion::parse("qemu: command not found"), None);
-    assert_eq!(QemuVersion::parse("version x.y"), None);
-    assert_eq!(QemuVersion(7, 2).chardev_reconnect(), "reconnect=1");
-    assert_eq!(QemuVersion(9, 1).chardev_reconnect(), "reconnect=1");
-    assert_eq!(QemuVersion(9, 2).chardev_reconnect(), "reconnect-ms=1000");
-    assert!(QemuVersion(10, 0) > QemuVersion(9, 2));
-}
-
-#[test]
 fn initramfs_has_init_console_and_busybox() {
     let e = boot_entries(vec![0x7f, b'E', b'L', b'F']);
     let names: Vec<String> = e
@@ -165,22 +150,4 @@ fn kernel_args_time_the_apic_only_under_tcg_and_start_the_guests_command_line() 
     assert_eq!(v[i + 1], format!("{tcg} phyfarm.mode=probe"));
     let d = machine_description(Accel::Kvm);
     assert_eq!(d.kernel_args, kvm);
-}
-
-#[test]
-fn the_machine_boots_qboot_when_qemu_ships_it() {
-    let t = machine_template(Accel::Tcg);
-    let bios = t.iter().position(|a| a == "-bios");
-    let d = machine_description(Accel::Tcg);
-    match firmware() {
-        Some(f) => {
-            assert!(f.ends_with("qboot.rom"), "{f:?}");
-            assert_eq!(t[bios.unwrap() + 1], f.display().to_string());
-            assert_eq!(d.firmware, f.display().to_string());
-        }
-        None => {
-            assert_eq!(bios, None, "{t:?}");
-            assert_eq!(d.firmware, "seabios");
-        }
-    }
 }
