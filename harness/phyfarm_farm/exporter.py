@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .errors import HarnessError
-from .guest import chardev_reconnect, machine_argv
+from .guest import chardev_reconnect, machine, machine_argv
 from .procs import Proc
 
 READY = "phyfarm-exporter: ready"
@@ -39,7 +39,9 @@ class ExporterFailed(HarnessError):
 def exporter_argv(
     kernel: Path, initrd: Path, accel: str, console: Path, model_sock: Path, redir_sock: Path
 ) -> list[str]:
-    append = "console=ttyS0 panic=-1 loglevel=6 tsc=reliable phyfarm.role=exporter"
+    # phyfarm's kernel command line for this machine, as every guest has
+    # it (`phyfarm guest machine`), then the exporter's role for the init.
+    append = f"{machine(accel)['kernel_args']} phyfarm.role=exporter"
     return [
         *machine_argv(kernel, initrd, accel, 256, append, console),
         "-device",

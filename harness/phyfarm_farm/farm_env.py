@@ -132,16 +132,37 @@ def _cargo_build(args: list[str], what: str) -> None:
         raise SetupError(f"cannot build {what}:\n{p.stderr[-3000:]}")
 
 
+#: The guest plan's JSON Schema, which guest::plan::GuestPlan also follows.
+PLAN_SCHEMA = REPO / "pipeline" / "schema" / "guest-plan.schema.json"
+
+
+def validate_plan(doc, where: str) -> dict:
+    """The plan, if it is one phyfarm could have written; else a SetupError
+    naming where it came from and the field at fault."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(doc, json.loads(PLAN_SCHEMA.read_text()))
+    except jsonschema.ValidationError as e:
+        field = "/".join(str(p) for p in e.absolute_path) or "(document)"
+        raise SetupError(
+            f"{where}: not a guest plan ({PLAN_SCHEMA.name}) at {field}: {e.message}"
+        ) from None
+    return doc
+
+
 def guest_plan(cfg: pytest.Config, phyfarm: Path) -> dict:
     """What the guests need, resolved by phyfarm: the file `phyfarm test`
     wrote, or `phyfarm guest plan` asked with this run's options (it builds
-    what is missing: the cache's kernels, the emulator, the guest image)."""
+    what is missing: the cache's kernels, the emulator, the guest image).
+    Either way it is held to the plan's schema before anything boots."""
     given = cfg.getoption("--guest-plan")
     if given:
         try:
-            return json.loads(Path(given).read_text())
+            doc = json.loads(Path(given).read_text())
         except (OSError, ValueError) as e:
             raise SetupError(f"--guest-plan {given}: {e}") from e
+        return validate_plan(doc, f"--guest-plan {given}")
     argv = [str(phyfarm), "guest", "plan", "--accel", cfg.getoption("--accel"), "--json"]
     if cfg.getoption("--kernel"):
         argv += ["--kernel", cfg.getoption("--kernel")]
@@ -160,7 +181,8 @@ def guest_plan(cfg: pytest.Config, phyfarm: Path) -> dict:
         if cfg.getoption(opt):
             argv += [opt, cfg.getoption(opt)]
     with _locked("guest-plan"):
-        return json.loads(_run(argv, "phyfarm guest plan", timeout=3600))
+        doc = json.loads(_run(argv, "phyfarm guest plan", timeout=3600))
+    return validate_plan(doc, "phyfarm guest plan")
 
 
 @pytest.fixture(scope="session")

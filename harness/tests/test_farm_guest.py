@@ -12,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from phyfarm_farm.errors import HarnessError
+import pytest
+from phyfarm_farm.errors import HarnessError, SetupError
+from phyfarm_farm.farm_env import validate_plan
 from phyfarm_farm.guest import (
     GuestConfig,
+    machine,
     machine_argv,
     machine_template,
     qemu_argv,
@@ -166,6 +169,21 @@ def test_the_guest_plan_resolves_image_accelerator_and_machine_once(tmp_path):
         )
         assert p.returncode == 2, (bad, p.stderr)
         assert says in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr)
+    # Every plan phyfarm printed above follows the schema the harness holds
+    # it to; one it could not have written is refused, naming the field.
+    for doc in (plan, plan2, fwd):
+        assert validate_plan(doc, "plan") is doc
+    forged = [
+        ({**plan2, "accel": "auto"}, "at accel:"),
+        ({**plan2, "extra_qemu_args": ["-s"]}, "at (document):"),
+        ({**plan2, "machine": {**plan2["machine"], "argv": "qemu -s"}}, "at machine/argv:"),
+        ({k: v for k, v in plan2.items() if k != "kernels"}, "'kernels' is a required"),
+    ]
+    for doc, says in forged:
+        with pytest.raises(SetupError) as e:
+            validate_plan(doc, "--guest-plan x.json")
+        assert str(e.value).startswith("--guest-plan x.json: not a guest plan"), str(e.value)
+        assert says in str(e.value), str(e.value)
 
 
 def test_the_variants_of_a_run_are_phyfarms(tmp_path):
@@ -229,7 +247,11 @@ def test_the_exporter_names_the_side_that_failed(tmp_path):
     assert issubclass(ExporterFailed, HarnessError)
     e = Exporter(Path("bzImage"), Path("farm.cpio"), "tcg", tmp_path, tmp_path / "usb.sock")
     argv = " ".join(e.argv)
-    assert "phyfarm.role=exporter" in argv
+    # The kernel command line every phyfarm guest has (`phyfarm guest
+    # machine`), then the exporter's role.
+    append = e.argv[e.argv.index("-append") + 1]
+    assert append == f"{machine('tcg')['kernel_args']} phyfarm.role=exporter", append
+    assert "oops=panic" in append
     # The model's stream and usbredirect's reach the host on virtio-serial
     # ports: no network in the exporter.
     assert f"socket,id=model,path={tmp_path / 'usb.sock'}," in argv

@@ -3,6 +3,7 @@
 //! the reason) and the QEMU machine. `phyfarm test` hands it to the farm's
 //! pytest plugin as a file (`--guest-plan`); run by hand, the plugin asks
 //! `phyfarm guest plan` for the same document. The plugin only runs checks.
+//! Both sides hold the document to `pipeline/schema/guest-plan.schema.json`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,11 @@ impl Request {
         }
     }
 }
+
+/// The JSON Schema of `guest-plan.json` (repo-relative): the harness
+/// validates a plan against it before it boots anything, and a test holds
+/// it and [`GuestPlan`] to the same fields.
+pub const GUEST_PLAN_SCHEMA_FILE: &str = "pipeline/schema/guest-plan.schema.json";
 
 /// The guest plan (`guest-plan.json`), as phyfarm writes it, the harness
 /// reads it and `phyfarm repro` checks it.
@@ -352,5 +358,62 @@ mod tests {
             (Emulator::None, Exporter::None)
         );
         assert_eq!((gadget.kernels, gadget.image), (k, None));
+    }
+
+    /// The fields a JSON Schema object names (its `properties`), and
+    /// those it requires.
+    fn schema_fields(obj: &serde_json::Value) -> (Vec<String>, Vec<String>) {
+        let props = obj["properties"].as_object().unwrap().keys().cloned();
+        let required = obj["required"].as_array().unwrap().iter();
+        (
+            props.collect(),
+            required.map(|r| r.as_str().unwrap().to_string()).collect(),
+        )
+    }
+
+    fn keys(v: &serde_json::Value) -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    }
+
+    #[test]
+    fn the_plan_and_its_json_schema_name_the_same_fields() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let text = std::fs::read_to_string(repo.join(GUEST_PLAN_SCHEMA_FILE)).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let plan = GuestPlan {
+            sha256: [("/k".to_string(), "0".repeat(64))].into(),
+            guest_image: "/img".into(),
+            accel: Accel::Tcg,
+            accel_reason: "requested".into(),
+            machine: machine::machine_description(Accel::Tcg),
+            kernels: [("rust".to_string(), PathBuf::from("/k"))].into(),
+            variants: vec!["rust".into()],
+            emulator: Some("/emu".into()),
+            exporter_kernel: None,
+        };
+        let doc = serde_json::to_value(&plan).unwrap();
+        // Every field is required but the hashes (absent from plans written
+        // before they were recorded).
+        for (obj, def, optional) in [
+            (&doc, &schema, &["sha256"][..]),
+            (&doc["machine"], &schema["$defs"]["machine"], &[][..]),
+        ] {
+            let (mut props, mut required) = schema_fields(def);
+            props.sort();
+            required.sort();
+            assert_eq!(
+                keys(obj),
+                props,
+                "the schema's properties are the type's fields"
+            );
+            let mut expected = props.clone();
+            expected.retain(|p| !optional.contains(&p.as_str()));
+            assert_eq!(required, expected);
+            assert_eq!(def["additionalProperties"], serde_json::json!(false));
+        }
+        let accel = &schema["properties"]["accel"]["enum"];
+        assert_eq!(accel, &serde_json::json!(["kvm", "tcg"]), "never auto");
     }
 }
