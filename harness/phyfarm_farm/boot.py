@@ -120,7 +120,8 @@ def boot_farm(request: pytest.FixtureRequest, env: FarmEnv, variant: str, spec: 
         # The model, served to the guest directly or through the exporter.
         assert env.emulator is not None
         if env.partner == "host" and env.device == "emulated":
-            partner = HostPartner(logdir)
+            how = request.node.get_closest_marker("partner_ns")
+            partner = HostPartner(logdir, method=how.args[0] if how else None)
             partner.create()
         emu = Emulator(env.emulator, sockdir, logdir, emulator_args, partner=partner)
         emu.start(timeout=30)

@@ -18,7 +18,7 @@ import pytest
 
 from .errors import MissingKernel, SetupError
 from .guest import cache_dir, phyfarm_binary, use_machine
-from .partner import host_partner_unavailable, sweep_stale_namespaces
+from .partner import host_partner_unavailable, namespace_method, sweep_stale_namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -250,4 +250,9 @@ def choose_partner(option: str, device: str) -> tuple[str, str]:
         if option == "host":
             raise SetupError(f"--partner host cannot run here: {why}")
         return "guest", f"the host-side partner cannot run here: {why}"
+    if namespace_method() == "user":
+        return "host", (
+            "the host's stack in a network namespace of this user's own user namespace "
+            "(unshare -Urn) on the emulator's tap"
+        )
     return "host", "the host's stack in a network namespace on the emulator's tap"

@@ -181,6 +181,8 @@ MARKERS = [
     "single_variant: run once, on the first variant, not per variant",
     "expect_counters(*names): emulator error counters this check provokes on purpose "
     "(see WIRE_FAULTS)",
+    "partner_ns(method): how this test's host-side partner namespace is made, netns or "
+    "user (default: PHYFARM_PARTNER_NS, else netns as root and user otherwise)",
 ]
 
 

@@ -39,7 +39,8 @@ def printable(s: str) -> str:
 def partner_where(farm) -> str:
     lp = getattr(farm, "link_partner", None)
     if getattr(lp, "where", "") == "host":
-        return f"partner on the host in netns {lp.ns} (ip netns exec {lp.ns} ...)"
+        enter = " ".join(lp.wrap(["..."]))
+        return f"partner on the host in netns {lp.ns} ({enter})"
     return f"partner {getattr(farm, 'partner_nic', '') or '(none)'} in the guest's netns partner"
 
 

@@ -240,3 +240,34 @@ def test_the_partner_is_the_hosts_and_the_guest_has_none(farm, variant):
     assert len(docs) == known + 1, f"{len(docs)} host records after {known}"
     host_bytes = sum(float(i["sum"]["bytes"]) for i in docs[-1]["intervals"])
     assert g.claimed_bytes == host_bytes > 0, (g, host_bytes)
+
+
+@pytest.mark.single_variant
+@pytest.mark.partner_ns("user")
+def test_a_partner_in_a_user_namespace_is_the_same_host_partner(farm, variant):
+    """The partner a non-root harness gets: the host's stack in a network
+    namespace inside a user namespace (`unshare -Urn`, no named netns),
+    answering the guest's pings and recording DUT-to-partner throughput
+    itself, as the named namespace does for root."""
+    from phyfarm_farm.partner import HostPartner, host_partner_unavailable
+
+    why = host_partner_unavailable()
+    if why is not None:
+        pytest.skip(f"the host-side partner cannot run here: {why}")
+    lp = farm.link_partner
+    assert isinstance(lp, HostPartner) and lp.method == "user", lp
+    assert lp.ns == f"user:{lp.holder.pid}", lp.ns
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lp.ns not in listed and f"-{lp.holder.pid}" not in listed, listed
+    holder_net = os.readlink(f"/proc/{lp.holder.pid}/ns/net")
+    assert holder_net != os.readlink("/proc/self/ns/net")
+    emu_net = os.readlink(f"/proc/{farm.emu.proc.pid}/ns/net")
+    assert emu_net == holder_net, "the emulator's tap is not in the partner's namespace"
+    assert farm.ping(count=3) == (3, 3)
+    farm.start_iperf_server()
+    known = farm.host_server_records()
+    g = farm.tcp_goodput(seconds=4, reverse=False, skip=1.0)
+    docs = lp.records("iperf3")
+    assert len(docs) == known + 1, f"{len(docs)} host records after {known}"
+    host_bytes = sum(float(i["sum"]["bytes"]) for i in docs[-1]["intervals"])
+    assert g.claimed_bytes == host_bytes > 0, (g, host_bytes)
