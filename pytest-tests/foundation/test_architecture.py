@@ -287,3 +287,58 @@ def test_only_the_sandbox_and_its_owners_run_podman():
         "podman run outside the sandbox and its owners (use "
         "sandbox::runtime::copy_out or build::steps::Run):\n" + "\n".join(offenders)
     )
+
+
+#: QEMU's machine-wide options: the accelerator, the machine, its memory
+#: and CPUs, firmware, kernel, initrd, command line and confinement.
+QEMU_MACHINE_OPTIONS = {
+    "-accel", "-enable-kvm", "-cpu", "-M", "-machine", "-smp", "-bios", "-kernel",
+    "-initrd", "-append", "-nodefaults", "-no-user-config", "-no-reboot", "-display",
+    "-serial", "-sandbox", "-runas", "-run-with",
+}  # fmt: skip
+#: Where each is born: the machine every guest is, in the guest plan.
+QEMU_MACHINE_HOMES = {"pipeline/src/guest/machine.rs", "pipeline/src/guest/accel.rs"}
+#: Per-role devices (-device, -chardev, -netdev): the boot check's, the farm
+#: guest's and the exporter guest's, each in its role's module; doctor asks
+#: QEMU which devices it has (`-device help`).
+QEMU_DEVICE_OPTIONS = {"-device", "-chardev", "-netdev"}
+QEMU_DEVICE_HOMES = {
+    "pipeline/src/guest/boot.rs",
+    "pipeline/src/guest/machine.rs",
+    "pipeline/src/cli/doctor.rs",
+    "harness/phyfarm_farm/guest.py",
+    "harness/phyfarm_farm/exporter.py",
+}
+
+
+def qemu_option_literals() -> dict[str, set[str]]:
+    """The QEMU options each product source spells as a string literal
+    (outside tests): Rust under pipeline/src, Python of the harness."""
+    found: dict[str, set[str]] = {}
+    wanted = QEMU_MACHINE_OPTIONS | QEMU_DEVICE_OPTIONS
+    files = [p for p in (REPO / "pipeline/src").rglob("*.rs") if "tests" not in p.parts]
+    files += sorted((REPO / "harness/phyfarm_farm").glob("*.py"))
+    for p in files:
+        if p.name == "tests.rs" or p.name.endswith("_tests.rs"):
+            continue
+        text = p.read_text().split("#[cfg(test)]")[0] if p.suffix == ".rs" else p.read_text()
+        lits = set(re.findall(r'"(-[a-z][a-z-]*|-M)"', text)) & wanted
+        if lits:
+            found[str(p.relative_to(REPO))] = lits
+    return found
+
+
+def test_the_guest_plan_owns_the_machine_and_each_role_its_devices():
+    """QEMU's machine options are born in one place (guest/machine.rs and
+    the accelerator's guest/accel.rs) and reach the harness in the guest
+    plan; devices are added per role, in the role's module only."""
+    found = qemu_option_literals()
+    machine_where = {f for f, lits in found.items() if lits & QEMU_MACHINE_OPTIONS}
+    device_where = {f for f, lits in found.items() if lits & QEMU_DEVICE_OPTIONS}
+    assert machine_where == QEMU_MACHINE_HOMES, {
+        f: sorted(found[f] & QEMU_MACHINE_OPTIONS) for f in machine_where ^ QEMU_MACHINE_HOMES
+    }
+    assert device_where <= QEMU_DEVICE_HOMES, {
+        f: sorted(found[f]) for f in device_where - QEMU_DEVICE_HOMES
+    }
+    assert "-append" in found["pipeline/src/guest/machine.rs"], found
