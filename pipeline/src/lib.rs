@@ -4,12 +4,12 @@
 //! function here, so tests drive the same code the user runs.
 
 // The folders follow a revision through `phyfarm run`, stage by stage.
-pub mod build; // the distro tree: apply, build per patch, the Rust gates
 pub mod cli; // the verbs
 pub mod export; // KCIDB, patchwork, JUnit, markdown, b4
 pub mod farm; // the checks: plan, the harness's results contract, base reuse
 pub mod guest; // the guest: initramfs, boot, accelerator
 pub mod ingest; // the series: parse, refuse bad input, what changed
+pub mod kbuild; // the distro tree: apply, build per patch, the Rust gates
 pub mod results; // the results model every stage speaks
 pub mod run; // one run end to end, its folder, recording it, the self-test
 pub mod store; // where results are kept: SQLite or PostgreSQL, append-only

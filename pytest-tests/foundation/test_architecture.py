@@ -69,7 +69,7 @@ def test_a_long_file_says_why_at_its_top():
 #: The stages, in the order a revision meets them, and the leaves every
 #: stage may use. A stage never imports the orchestrator (`run`) or the
 #: verbs (`cli`); the results model imports no stage at all.
-STAGES = ("ingest", "build", "guest", "farm", "results", "store", "verdict", "export")
+STAGES = ("ingest", "kbuild", "guest", "farm", "results", "store", "verdict", "export")
 LEAVES = ("config", "progress", "sandbox", "jsonfile", "run_folder", "results")
 
 
@@ -227,13 +227,13 @@ def test_the_readme_names_every_planned_check(phyfarm):
 
 #: The modules that run podman: the sandbox (its probe, every sandboxed
 #: argv, and the read-only copy-out `sandbox::runtime::copy_out`), image
-#: builds, the build steps' runner `build::steps::Run` (stopping a step's
+#: builds, the build steps' runner `kbuild::steps::Run` (stopping a step's
 #: container) and doctor's probe of the installed version. Everything else
 #: runs a container through them.
 PODMAN_OWNERS = (
     "pipeline/src/sandbox/",
-    "pipeline/src/build/images.rs",
-    "pipeline/src/build/steps.rs",
+    "pipeline/src/kbuild/images.rs",
+    "pipeline/src/kbuild/steps.rs",
     "pipeline/src/cli/doctor.rs",
 )
 
@@ -269,7 +269,7 @@ def podman_programs(path: Path) -> list[int]:
 
 def test_only_the_sandbox_and_its_owners_run_podman():
     """A container is started only by the modules that own podman (the
-    sandbox, image builds, `build::steps::Run`, doctor's version probe), so every
+    sandbox, image builds, `kbuild::steps::Run`, doctor's version probe), so every
     other step gets the sandbox's hardening by calling them instead of
     spelling a `podman run` of its own."""
     base = REPO / "pipeline/src"
@@ -285,7 +285,7 @@ def test_only_the_sandbox_and_its_owners_run_podman():
     ]
     assert not offenders, (
         "podman run outside the sandbox and its owners (use "
-        "sandbox::runtime::copy_out or build::steps::Run):\n" + "\n".join(offenders)
+        "sandbox::runtime::copy_out or kbuild::steps::Run):\n" + "\n".join(offenders)
     )
 
 

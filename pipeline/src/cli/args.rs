@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use super::{parse_device, resolved_accel};
-use crate::build::images::ImageKind;
 use crate::config::Variant;
 use crate::guest::accel::Accel;
 use crate::guest::machine;
+use crate::kbuild::images::ImageKind;
 use crate::sandbox::runtime::Runtime;
 
 /// phyfarm builds Debian's linux-source-6.12 with Rust PHY patch series,

@@ -2,10 +2,10 @@
 
 use std::process::Stdio;
 
-use crate::build::images::have;
-use crate::build::steps::free_space;
 use crate::config::Paths;
 use crate::guest::accel;
+use crate::kbuild::images::have;
+use crate::kbuild::steps::free_space;
 use crate::progress;
 use crate::sandbox::runtime::{nofile_limit, podman_env};
 

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::{jobs, print_stdout, GuestCommand};
-use crate::build::images;
 use crate::config::{Paths, Variant};
 use crate::guest::machine;
+use crate::kbuild::images;
 use crate::sandbox::runtime::{shell_quote, Runtime};
 use crate::{progress, Outcome};
 

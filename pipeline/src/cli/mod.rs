@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::build::images::{self, human_size, ImageKind};
-use crate::build::{kernel, series_build};
 use crate::config::{Paths, Variant};
 use crate::guest::accel::Accel;
 use crate::guest::boot;
+use crate::kbuild::images::{self, human_size, ImageKind};
+use crate::kbuild::{kernel, series_build};
 use crate::sandbox::runtime::{shell_quote, Runtime};
 use crate::{progress, Outcome};
 
@@ -170,8 +170,8 @@ pub fn run(cli: Cli) -> Result<Outcome> {
             };
             let mut extra = Vec::new();
             for f in &a.kconfig_fragment {
-                extra.extend(crate::build::kconfig::as_options(
-                    &crate::build::kconfig::parse_fragment(f)?,
+                extra.extend(crate::kbuild::kconfig::as_options(
+                    &crate::kbuild::kconfig::parse_fragment(f)?,
                 ));
             }
             extra.extend(a.kconfig);
@@ -224,7 +224,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
                 Some(o) => o,
                 None => {
                     let s = crate::ingest::series::load(&a.series)?;
-                    let name = crate::run::record::series_name(&a.series)?;
+                    let name = crate::run::store_runs::series_name(&a.series)?;
                     paths
                         .runs_dir()
                         .join(format!("{name}-v{}-record", s.version))
@@ -313,7 +313,7 @@ pub fn run(cli: Cli) -> Result<Outcome> {
         Command::Series(SeriesCommand::Gates { path, json }) => {
             let s = crate::ingest::series::load(&path)?;
             let tc = kernel::toolchain(&paths, runtime, false)?;
-            let scopes = crate::build::series_build::gate_scopes(&paths, &tc.kernel_version, &s);
+            let scopes = crate::kbuild::series_build::gate_scopes(&paths, &tc.kernel_version, &s);
             let text = if json {
                 serde_json::to_string_pretty(&scopes)? + "\n"
             } else {

@@ -4,7 +4,7 @@
 
 pub mod child;
 pub mod contract;
-pub mod record;
+pub mod in_run;
 pub mod repro;
 
 use std::collections::BTreeMap;
@@ -14,9 +14,9 @@ use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
 
-use crate::build::metadata;
 use crate::config::{Paths, Variant};
 use crate::guest::accel::Accel;
+use crate::kbuild::metadata;
 use crate::progress::info;
 use crate::results::Status;
 use crate::sandbox::runtime::{shell_quote, Runtime};

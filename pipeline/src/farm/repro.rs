@@ -293,7 +293,7 @@ fn repro_folder(found: &Found, opts: &Options) -> Result<PathBuf> {
             .parent()
             .unwrap_or(&found.folder)
             .join("repro")
-            .join(crate::build::metadata::now_rfc3339().replace(':', "")),
+            .join(crate::kbuild::metadata::now_rfc3339().replace(':', "")),
     };
     if out.join("results.json").exists() {
         bail!("{} already holds results: give another -o", out.display());

@@ -18,13 +18,13 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::build::images::{self, hex, ImageKind};
-use crate::build::metadata::{self, BuildMetadata};
 use crate::config::{Paths, Variant};
 use crate::guest::accel::{self, Accel};
 use crate::guest::cpio::{self, Entry};
 use crate::guest::machine::{kernel_args, machine_argv, qemu_version};
 use crate::jsonfile::{read_json, write_json_atomic};
+use crate::kbuild::images::{self, hex, ImageKind};
+use crate::kbuild::metadata::{self, BuildMetadata};
 use crate::progress::{self, info};
 use crate::sandbox::runtime::{copy_out, CopyOutError, Runtime};
 use crate::Outcome;

@@ -13,10 +13,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::build::images::{self, hex, ImageKind};
 use crate::config::Paths;
 use crate::guest::cpio::{self, Entry};
 use crate::jsonfile::write_json_atomic;
+use crate::kbuild::images::{self, hex, ImageKind};
 use crate::progress::info;
 use crate::sandbox::runtime::{copy_out, CopyOutError};
 

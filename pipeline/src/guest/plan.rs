@@ -262,11 +262,11 @@ fn build_exporter_kernel(paths: &Paths, runtime: Runtime, jobs: usize) -> Result
     let fragment = paths.repo.join(EXPORTER_FRAGMENT);
     let out = paths.cache.join("out").join("exporter");
     let extra =
-        crate::build::kconfig::as_options(&crate::build::kconfig::parse_fragment(&fragment)?);
+        crate::kbuild::kconfig::as_options(&crate::kbuild::kconfig::parse_fragment(&fragment)?);
     info(&format!("exporter kernel: {}", out.display()));
-    let outcome = crate::build::kernel::build(
+    let outcome = crate::kbuild::kernel::build(
         paths,
-        &crate::build::kernel::BuildOptions {
+        &crate::kbuild::kernel::BuildOptions {
             variant: crate::config::Variant::C,
             out: out.clone(),
             runtime,
@@ -302,14 +302,14 @@ pub fn default_kernels(
         let dir = paths.cache.join("out").join(v.name());
         let kernel = dir.join("bzImage");
         let passed =
-            crate::build::metadata::read_json::<serde_json::Value>(&dir.join("metadata.json"))
+            crate::kbuild::metadata::read_json::<serde_json::Value>(&dir.join("metadata.json"))
                 .ok()
                 .flatten()
                 .is_some_and(|m| m["status"] == "PASS");
         if !kernel.is_file() || !passed {
-            crate::build::kernel::build(
+            crate::kbuild::kernel::build(
                 paths,
-                &crate::build::kernel::BuildOptions {
+                &crate::kbuild::kernel::BuildOptions {
                     variant: *v,
                     out: dir.clone(),
                     runtime,

@@ -4,17 +4,17 @@
 //! kernels and on the unpatched base in the same environment, and the
 //! verdict. Defaults to the shipped series' newest revision.
 
-pub mod record;
 pub mod selftest;
+pub mod store_runs;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::build::series_build::{self, SeriesBuildOptions};
 use crate::config::{Paths, Variant};
 use crate::guest::boot::{self, BootOptions};
+use crate::kbuild::series_build::{self, SeriesBuildOptions};
 use crate::progress::info;
 use crate::run_folder::RunFolder;
 use crate::Outcome;
@@ -49,7 +49,7 @@ pub struct RunOptions {
     /// Plan only these farm check families (empty: all).
     pub checks: Vec<String>,
     /// Run the base's checks even when an earlier run's results have the
-    /// same key (see [`crate::farm::record::base_key`]).
+    /// same key (see [`crate::farm::in_run::base_key`]).
     pub fresh_base: bool,
     /// The default branch's `patches/` and the pull request's author: see
     /// [`trust::admit`].
@@ -166,7 +166,7 @@ pub fn run(paths: &Paths, mut opts: RunOptions) -> Result<Outcome> {
     }
     let state = record(
         &opts.store,
-        &record::series_name(&dir)?,
+        &store_runs::series_name(&dir)?,
         &out,
         &out,
         &summary,
@@ -293,8 +293,8 @@ fn boot_in_memory(
     opts: &boot::BootOptions,
     repro: &str,
     v: crate::config::Variant,
-) -> crate::run::record::Boot {
-    use crate::run::record::Boot;
+) -> crate::run::store_runs::Boot {
+    use crate::run::store_runs::Boot;
     match boot::boot_check(paths, opts, repro) {
         Ok((record, _)) => Boot::from_record(v, &record),
         Err(e) => {
@@ -358,10 +358,10 @@ fn farm_both(
             // The base's checks (never its throughput): reused when nothing
             // that decides them changed.
             let key = (side == 0 && !throughput)
-                .then(|| crate::farm::record::base_key(paths, &o, root, plan).ok())
+                .then(|| crate::farm::in_run::base_key(paths, &o, root, plan).ok())
                 .flatten();
             if let Some(k) = &key {
-                if !fresh_base && crate::farm::record::reuse_base(paths, k, &dir) {
+                if !fresh_base && crate::farm::in_run::reuse_base(paths, k, &dir) {
                     info(&format!(
                         "{label}: the results of an earlier run with the same kernels, farm and plan (key {k}); --fresh-base runs them again"
                     ));
@@ -371,9 +371,9 @@ fn farm_both(
                     continue;
                 }
             }
-            let (oc, why) = crate::farm::record::farm(paths, &o, root, &dir);
+            let (oc, why) = crate::farm::in_run::farm(paths, &o, root, &dir);
             if let Some(k) = &key {
-                crate::farm::record::keep_base(paths, k, &dir);
+                crate::farm::in_run::keep_base(paths, k, &dir);
                 note = Some(format!("{k} (measured in this run)"));
             }
             lines.push(format!("{label}: {}, {}", outcome_name(oc), dir.display()));
@@ -384,7 +384,7 @@ fn farm_both(
     let why = |w: &Vec<String>| (!w.is_empty()).then(|| w.join("; "));
     let mut base = crate::farm::contract::import_all(&dirs[0], plan, why(&whys[0]).as_deref())?;
     let mut rev = crate::farm::contract::import_all(&dirs[1], plan, why(&whys[1]).as_deref())?;
-    crate::farm::record::confirm_throughput(
+    crate::farm::in_run::confirm_throughput(
         paths,
         f,
         (run.base().root(), out),
@@ -413,15 +413,15 @@ fn record(
     // Where results.json and results-base.json are written.
     write_to: &Path,
     b: &series_build::SeriesBuild,
-    boots: &[crate::run::record::Boot],
-    base_boots: &[crate::run::record::Boot],
+    boots: &[crate::run::store_runs::Boot],
+    base_boots: &[crate::run::store_runs::Boot],
     farm_base: Farm,
     farm_rev: Farm,
     started: crate::results::Timestamp,
     // The key of the base's farm results, and whether they were reused.
     base_note: Option<String>,
 ) -> Result<Option<crate::verdict::State>> {
-    use crate::run::record;
+    use crate::run::store_runs;
     // The accelerator the kernels ran under: the boots', else the farm's.
     let accel = boots
         .iter()
@@ -430,18 +430,18 @@ fn record(
         .chain([farm_rev.accel.clone(), farm_base.accel.clone()])
         .find(|a| !a.is_empty())
         .unwrap_or_else(|| "none".into());
-    let meta: Option<crate::build::metadata::BuildMetadata> = b.base.keys().next().and_then(|v| {
-        crate::build::metadata::read_json(&RunFolder::new(out).base().metadata(v))
+    let meta: Option<crate::kbuild::metadata::BuildMetadata> = b.base.keys().next().and_then(|v| {
+        crate::kbuild::metadata::read_json(&RunFolder::new(out).base().metadata(v))
             .ok()
             .flatten()
     });
     let tools = meta.map(|m| m.tools).unwrap_or_default();
-    let mut env = record::environment(b, &accel, &tools);
+    let mut env = store_runs::environment(b, &accel, &tools);
     if let Some(n) = base_note {
         env.tools.insert("base farm results".into(), n);
     }
-    let mut base = record::base_run(b, out, base_boots, &env, started);
-    let mut rev = record::revision_run(name, b, boots, &env, started);
+    let mut base = store_runs::base_run(b, out, base_boots, &env, started);
+    let mut rev = store_runs::revision_run(name, b, boots, &env, started);
     base.tests.extend(farm_base.tests);
     base.measurements.extend(farm_base.measurements);
     rev.tests.extend(farm_rev.tests);

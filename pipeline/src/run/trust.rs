@@ -10,9 +10,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::build::series_build::SeriesBuild;
 use crate::farm::contract::FarmResults;
 use crate::ingest::series::{self, Series};
+use crate::kbuild::series_build::SeriesBuild;
 use crate::results::{RevisionInfo, Status};
 use crate::store::Store;
 
@@ -356,7 +356,7 @@ pub fn admit(
     parsed: &Series,
     owners: Option<&(PathBuf, String)>,
 ) -> anyhow::Result<String> {
-    let name = crate::run::record::series_name(dir)?;
+    let name = crate::run::store_runs::series_name(dir)?;
     if let Some((patches, author)) = owners {
         check_owner(patches, dir, &name, parsed, author)?;
     }

@@ -15,11 +15,11 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
-use crate::build::images::{self, hex, ImageKind, LINUX_SOURCE_PACKAGE};
-use crate::build::kconfig::{self, SourceTree};
-use crate::build::metadata::{self, BuildMetadata, ImageRef, Status, Versions};
-use crate::build::steps::{free_space, infra_exit, Run};
 use crate::config::{Paths, Variant};
+use crate::kbuild::images::{self, hex, ImageKind, LINUX_SOURCE_PACKAGE};
+use crate::kbuild::kconfig::{self, SourceTree};
+use crate::kbuild::metadata::{self, BuildMetadata, ImageRef, Status, Versions};
+use crate::kbuild::steps::{free_space, infra_exit, Run};
 use crate::progress::{self, info};
 use crate::sandbox::runtime::{shell_quote, Job, Runtime};
 use crate::Outcome;
@@ -541,7 +541,7 @@ impl KernelBuild<'_> {
             Some(_) => Status::Fail,
         };
         let log_text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        record_base_warnings(&l.build, &crate::build::warnings::parse(&log_text))?;
+        record_base_warnings(&l.build, &crate::kbuild::warnings::parse(&log_text))?;
         let mut artifacts = BTreeMap::new();
         let mut log_excerpt = Vec::new();
         let mut status = status;
@@ -740,7 +740,7 @@ pub fn base_warning_keys(build: &Path) -> std::collections::BTreeSet<String> {
         .unwrap_or_default()
 }
 
-fn record_base_warnings(build: &Path, found: &[crate::build::warnings::Warning]) -> Result<()> {
+fn record_base_warnings(build: &Path, found: &[crate::kbuild::warnings::Warning]) -> Result<()> {
     let mut keys = base_warning_keys(build);
     let before = keys.len();
     keys.extend(found.iter().map(|w| w.key.clone()));

@@ -10,11 +10,11 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::{Ctx, Gate, PatchBuild, KUNIT_GATE, KUNIT_OPTIONS};
-use crate::build::gate_scope;
-use crate::build::kernel::{self, Layout, KBUILD_MAKE};
-use crate::build::metadata::{self, Status};
 use crate::config::{Paths, Variant};
 use crate::ingest::series::Series;
+use crate::kbuild::gate_scope;
+use crate::kbuild::kernel::{self, Layout, KBUILD_MAKE};
+use crate::kbuild::metadata::{self, Status};
 use crate::progress::{info, printable, warn};
 use crate::run_folder::RunFolder;
 

@@ -6,8 +6,8 @@ use crate::run_folder::RunFolder;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::build::series_build::SeriesBuild;
 use crate::config::Variant;
+use crate::kbuild::series_build::SeriesBuild;
 use crate::results::{BuildResult, Environment, RevisionInfo, Run, Status, TestResult, Timestamp};
 
 /// One boot check: variant, status, accelerator, duration, console path.
@@ -63,7 +63,7 @@ impl Boot {
 /// never a FAIL.
 pub fn read_boot(variant: Variant, dir: &Path) -> Boot {
     let file = dir.join("boot.json");
-    match crate::build::metadata::read_json::<crate::guest::boot::BootRecord>(&file) {
+    match crate::kbuild::metadata::read_json::<crate::guest::boot::BootRecord>(&file) {
         Ok(Some(r)) => Boot::from_record(variant, &r),
         Ok(None) => Boot::unfinished(variant, dir, "no boot.json"),
         Err(e) => Boot::unfinished(variant, dir, &format!("{}: {e}", file.display())),
@@ -91,7 +91,7 @@ pub fn environment(b: &SeriesBuild, accel: &str, tools: &BTreeMap<String, String
     }
     let mut tools = tools.clone();
     tools.insert(
-        crate::build::images::LINUX_SOURCE_PACKAGE.into(),
+        crate::kbuild::images::LINUX_SOURCE_PACKAGE.into(),
         b.kernel_version.clone(),
     );
     Environment {
@@ -116,8 +116,8 @@ fn boot_test(b: &Boot) -> TestResult {
 }
 
 fn base_build(b: &SeriesBuild, v: &str, out: &Path) -> BuildResult {
-    let meta: Option<crate::build::metadata::BuildMetadata> =
-        crate::build::metadata::read_json(&RunFolder::new(out).base().metadata(v))
+    let meta: Option<crate::kbuild::metadata::BuildMetadata> =
+        crate::kbuild::metadata::read_json(&RunFolder::new(out).base().metadata(v))
             .ok()
             .flatten();
     BuildResult {
@@ -157,7 +157,7 @@ pub fn base_run(
         revision: None,
         base: format!(
             "{} {}",
-            crate::build::images::LINUX_SOURCE_PACKAGE,
+            crate::kbuild::images::LINUX_SOURCE_PACKAGE,
             b.kernel_version
         ),
         environment: env.clone(),
@@ -183,10 +183,10 @@ pub fn revision_run(
     let mut tests = Vec::new();
     for a in &b.apply {
         let (st, msg) = match a.state {
-            crate::build::apply::ApplyState::Applied => (Status::Pass, String::new()),
-            crate::build::apply::ApplyState::AlreadyApplied => (Status::Skip, a.message.clone()),
-            crate::build::apply::ApplyState::Failed => (Status::Fail, a.message.clone()),
-            crate::build::apply::ApplyState::Skipped => (Status::Miss, a.message.clone()),
+            crate::kbuild::apply::ApplyState::Applied => (Status::Pass, String::new()),
+            crate::kbuild::apply::ApplyState::AlreadyApplied => (Status::Skip, a.message.clone()),
+            crate::kbuild::apply::ApplyState::Failed => (Status::Fail, a.message.clone()),
+            crate::kbuild::apply::ApplyState::Skipped => (Status::Miss, a.message.clone()),
         };
         let index = b
             .series
@@ -222,7 +222,7 @@ pub fn revision_run(
         revision: Some(RevisionInfo::from_series(name, &b.series)),
         base: format!(
             "{} {}",
-            crate::build::images::LINUX_SOURCE_PACKAGE,
+            crate::kbuild::images::LINUX_SOURCE_PACKAGE,
             b.kernel_version
         ),
         environment: env.clone(),

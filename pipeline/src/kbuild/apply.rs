@@ -229,7 +229,7 @@ pub fn copy_pristine(src: &Path, trees: &Trees) -> Result<bool> {
     let parent = trees.work.parent().context("tree without parent")?;
     std::fs::create_dir_all(parent)?;
     let _ = std::fs::remove_dir_all(&trees.git);
-    crate::build::kernel::copy_tree(src, &trees.work)?;
+    crate::kbuild::kernel::copy_tree(src, &trees.work)?;
     std::fs::create_dir_all(&trees.git)?;
     Ok(true)
 }

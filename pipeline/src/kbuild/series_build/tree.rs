@@ -12,10 +12,10 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::{Ctx, SeriesBuildOptions, KUNIT_OPTIONS};
-use crate::build::apply::{self, BASE_TAG};
-use crate::build::kernel::{self, BuildOptions, Layout};
-use crate::build::metadata::Status;
 use crate::config::{Paths, Variant};
+use crate::kbuild::apply::{self, BASE_TAG};
+use crate::kbuild::kernel::{self, BuildOptions, Layout};
+use crate::kbuild::metadata::Status;
 use crate::progress::info;
 use crate::run_folder::RunFolder;
 use crate::Outcome;

@@ -199,7 +199,7 @@ pub fn base_key(
             field(&rel.display().to_string(), &std::fs::read(&f)?);
         }
     }
-    Ok(crate::build::images::hex(&h.finalize())[..16].to_string())
+    Ok(crate::kbuild::images::hex(&h.finalize())[..16].to_string())
 }
 
 /// What a kernel was built from, from its build metadata: source package

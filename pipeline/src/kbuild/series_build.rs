@@ -19,13 +19,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::build::apply::{self, ApplyReport, ApplyState, Trees};
-use crate::build::kernel::{self, Toolchain};
-use crate::build::metadata::{self, BuildMetadata, Status};
-use crate::build::steps::Run;
-use crate::build::warnings::Warning;
 use crate::config::{Paths, Variant};
 use crate::ingest::series::{self, Series};
+use crate::kbuild::apply::{self, ApplyReport, ApplyState, Trees};
+use crate::kbuild::kernel::{self, Toolchain};
+use crate::kbuild::metadata::{self, BuildMetadata, Status};
+use crate::kbuild::steps::Run;
+use crate::kbuild::warnings::Warning;
 use crate::progress::info;
 use crate::sandbox::runtime::{Job, Runtime};
 use crate::Outcome;
@@ -444,7 +444,7 @@ pub fn render(b: &SeriesBuild) -> String {
         b.series.version,
         b.series.tree.as_deref().unwrap_or("-"),
         b.series.patches.len(),
-        crate::build::images::LINUX_SOURCE_PACKAGE,
+        crate::kbuild::images::LINUX_SOURCE_PACKAGE,
         b.kernel_version
     );
     for (p, a) in b.series.patches.iter().zip(&b.apply) {

@@ -11,12 +11,12 @@ use anyhow::Result;
 
 use super::tree::SeriesTree;
 use super::{printable, Ctx, PatchBuild};
-use crate::build::apply::{self, ApplyReport, ApplyState};
-use crate::build::kernel::{self, Layout};
-use crate::build::metadata::{self, Status};
-use crate::build::warnings::{self, Warning};
 use crate::config::Variant;
 use crate::ingest::series::{self, Series};
+use crate::kbuild::apply::{self, ApplyReport, ApplyState};
+use crate::kbuild::kernel::{self, Layout};
+use crate::kbuild::metadata::{self, Status};
+use crate::kbuild::warnings::{self, Warning};
 use crate::progress::{info, warn};
 use crate::run_folder::RunFolder;
 
