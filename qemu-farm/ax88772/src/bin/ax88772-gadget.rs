@@ -9,15 +9,21 @@
 //! model and back. The model's unplug unbinds the gadget; its plug binds it
 //! again. Byte layouts live in `ax88772::gadget`.
 //!
+//! Whatever ends the gadget, on the main thread or on any of its threads,
+//! takes back what it made in configfs (binding, FunctionFS mount,
+//! directories) once, before the process exits: 1 when a worker thread
+//! failed (the model's reader, a pump, the relay), 2 otherwise.
+//!
 //! This file holds the arguments, the model's identity and the gadget's
 //! life; beside it, in `ax88772-gadget/`: `conn` (byte streams to the
 //! model), `relay` (`--relay`), `configfs` (building and taking back
-//! the gadget), `endpoints` (the model's reader, ep0's setup requests,
-//! the bulk and interrupt pumps) and `aio`.
+//! the gadget), `endpoints` (the model's reader, ep0's events, the bulk
+//! and interrupt pumps), `failure` (the threads, and how one failing ends
+//! the gadget) and `aio`.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ax88772::gadget::{self, Endpoint, Event};
+use ax88772::gadget::{self, Endpoint};
 use clap::Parser;
 use usbredir::proto::{cap, ep_type};
 use usbredir::{
@@ -98,12 +104,15 @@ mod configfs;
 mod conn;
 #[path = "ax88772-gadget/endpoints.rs"]
 mod endpoints;
+#[path = "ax88772-gadget/failure.rs"]
+mod failure;
 #[path = "ax88772-gadget/relay.rs"]
 mod relay;
 
 use configfs::{build, first_udc, mount_ffs, Made, Step};
 use conn::{connect, readable, Conn};
-use endpoints::{bulk_in, bulk_out, interrupt_in, reader, setup, Shared};
+use endpoints::{bulk_in, bulk_out, ep0_events, interrupt_in, reader, Shared};
+use failure::{exit_code, failures, Failures};
 use relay::relay;
 
 /// The connection to the model: one codec, one writer, ids handed out here.
@@ -253,9 +262,37 @@ fn run(args: Args) -> Result<()> {
         Some(u) => u.clone(),
         None => first_udc(Path::new("/sys/class/udc"))?,
     };
-    let mut made = Made::default();
-    let r = build(&args, &id, &descriptors, &mut made, mount_ffs)
-        .and_then(|(g, ep0)| serve(&args, &eps, link, s, g, udc, ep0, &mut made));
+    life(
+        &args,
+        &id,
+        &eps,
+        &descriptors,
+        link,
+        s,
+        udc,
+        &mut Made::default(),
+        mount_ffs,
+    )
+}
+
+/// The gadget's life once the model is known: built (FunctionFS mounted
+/// with `mount`), bound and served until something fails, on this thread
+/// or on any of the gadget's; everything `made` records is then taken
+/// back, once.
+#[allow(clippy::too_many_arguments)]
+fn life(
+    args: &Args,
+    id: &Identity,
+    eps: &[Endpoint],
+    descriptors: &[u8],
+    link: Link,
+    s: Conn,
+    udc: String,
+    made: &mut Made,
+    mount: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    let r = build(args, id, descriptors, made, mount)
+        .and_then(|(g, ep0)| serve(args, eps, link, s, g, udc, ep0, made));
     if r.is_err() {
         made.undo();
     }
@@ -263,7 +300,9 @@ fn run(args: Args) -> Result<()> {
 }
 
 /// The bound gadget's life: endpoint pumps, the model's reader, ep0's
-/// events. `made` gets the binding.
+/// events, each on a thread of its own, and the relay's; this thread waits
+/// for the first of them to fail. `made` gets the binding. Once this
+/// returns, the gadget is left to the clean-up: nothing binds it any more.
 #[allow(clippy::too_many_arguments)]
 fn serve(
     args: &Args,
@@ -272,7 +311,7 @@ fn serve(
     s: Conn,
     g: PathBuf,
     udc: String,
-    mut ep0: File,
+    ep0: File,
     made: &mut Made,
 ) -> Result<()> {
     let sh = Arc::new(Shared {
@@ -282,7 +321,29 @@ fn serve(
         plugged: AtomicBool::new(true),
         gadget: g,
         udc,
+        ended: Mutex::new(false),
     });
+    let (failures, failed) = failures();
+    let e = match start(args, eps, &sh, s, ep0, made, &failures) {
+        // `failures` is held here: the wait ends only with a failure.
+        Ok(()) => failed.recv().expect("a sender is held"),
+        Err(e) => e,
+    };
+    sh.end();
+    Err(e)
+}
+
+/// Start the gadget's threads, each reporting its failure to `failures`,
+/// and bind the gadget.
+fn start(
+    args: &Args,
+    eps: &[Endpoint],
+    sh: &Arc<Shared>,
+    s: Conn,
+    ep0: File,
+    made: &mut Made,
+    failures: &Failures,
+) -> Result<()> {
     let (ctrl_tx, ctrl_rx) = mpsc::channel();
     let mut pumps = HashMap::new();
     for (i, ep) in eps.iter().enumerate() {
@@ -295,65 +356,35 @@ fn serve(
         pumps.insert(ep.address, tx);
         let (sh, ep) = (sh.clone(), *ep);
         let (len, fl) = (args.bulk_in_len, args.in_flight.max(1));
-        std::thread::spawn(move || match (ep.kind, ep.is_in()) {
-            (ep_type::BULK, true) => bulk_in(sh, ep, file, rx, (len, fl)),
-            (ep_type::BULK, false) => bulk_out(sh, ep, file, rx, fl),
-            (_, true) => interrupt_in(ep, file, rx),
-            // An interrupt OUT endpoint: nothing of the AX88772A's.
-            (_, false) => drop((file, rx)),
+        let name = format!("ep {:#04x}", ep.address);
+        failures.worker(&name, move || {
+            match (ep.kind, ep.is_in()) {
+                (ep_type::BULK, true) => bulk_in(sh, ep, file, rx, (len, fl)),
+                (ep_type::BULK, false) => bulk_out(sh, ep, file, rx, fl)?,
+                (_, true) => interrupt_in(ep, file, rx),
+                // An interrupt OUT endpoint: nothing of the AX88772A's.
+                (_, false) => drop((file, rx)),
+            }
+            Ok(())
         });
     }
     {
-        let (sh, s) = (sh.clone(), s.try_clone()?);
-        std::thread::spawn(move || reader(s, sh, ctrl_tx, pumps));
+        let sh = sh.clone();
+        failures.worker("model reader", move || reader(s, sh, ctrl_tx, pumps));
     }
     sh.bind(true);
     made.steps.push(Step::Bound(sh.gadget.clone()));
     if let Some(spec) = args.relay.clone() {
-        std::thread::spawn(move || {
-            if let Err(e) = relay(&spec) {
-                say!("E: {e:#}");
-                std::process::exit(1);
-            }
-        });
+        let f = failures.clone();
+        failures.worker("relay", move || relay(&spec, &f));
     }
     let int_ep = eps
         .iter()
         .find(|e| e.kind == ep_type::INTERRUPT && e.is_in())
         .map(|e| e.address);
-    let mut buf = [0u8; gadget::EVENT_LEN * 4];
-    loop {
-        let n = match ep0.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => bail!("reading ep0 events: {e}"),
-        };
-        for ev in gadget::parse_events(&buf[..n]) {
-            match ev {
-                Event::Setup(s) => setup(&sh, &mut ep0, &ctrl_rx, s)?,
-                Event::Enable => {
-                    say!("I: the host enabled the function");
-                    sh.link
-                        .send(Message::SetConfiguration { configuration: 1 })?;
-                    if let Some(ep) = int_ep {
-                        sh.link
-                            .send(Message::StartInterruptReceiving { endpoint: ep })?;
-                    }
-                    sh.epoch.fetch_add(1, Ordering::SeqCst);
-                    sh.enabled.store(true, Ordering::SeqCst);
-                }
-                Event::Disable => {
-                    say!("I: the host disabled the function (reset or unplug)");
-                    sh.enabled.store(false, Ordering::SeqCst);
-                    if sh.plugged.load(Ordering::SeqCst) {
-                        sh.link.send(Message::Reset)?;
-                    }
-                }
-                Event::Bind | Event::Unbind | Event::Suspend | Event::Resume => {}
-                Event::Unknown(t) => say!("W: unknown FunctionFS event {t}"),
-            }
-        }
-    }
+    let sh = sh.clone();
+    failures.main_path("ep0", move || ep0_events(&sh, ep0, &ctrl_rx, int_ep));
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -362,7 +393,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             say!("E: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(exit_code(&e))
         }
     }
 }

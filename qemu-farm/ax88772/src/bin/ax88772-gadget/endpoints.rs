@@ -1,6 +1,6 @@
 //! What passes between the host's endpoints and the model: the reader of
 //! the model's stream routing each packet, the bulk and interrupt pumps,
-//! and ep0's setup requests answered through the model.
+//! and ep0's events, its setup requests answered through the model.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -9,11 +9,11 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use ax88772::gadget::{Endpoint, Setup};
+use anyhow::{anyhow, bail, Context, Result};
+use ax88772::gadget::{self, Endpoint, Event, Setup};
 use usbredir::{BulkPacket, ControlPacket, Message, Packet, SmallDataPacket};
 
 use crate::aio;
@@ -41,37 +41,54 @@ pub(crate) struct Shared {
     pub(crate) plugged: AtomicBool,
     pub(crate) gadget: PathBuf,
     pub(crate) udc: String,
+    /// Set when a failure ends the gadget: from then on nothing binds or
+    /// unbinds it and ep0's events are left alone, the clean-up's own.
+    pub(crate) ended: Mutex<bool>,
 }
 
 impl Shared {
     pub(crate) fn bind(&self, on: bool) {
+        // Held while writing: no binding lands after the clean-up's unbinding.
+        let ended = self.ended();
+        if *ended {
+            return;
+        }
         let v = if on { self.udc.as_str() } else { "\n" };
         match write_attr(&self.gadget, "UDC", v) {
             Ok(()) => say!("I: gadget {}", if on { "bound" } else { "unbound" }),
             Err(e) => say!("W: {e:#}"),
         }
     }
+
+    /// The gadget is ending: leave its binding and ep0 to the clean-up.
+    pub(crate) fn end(&self) {
+        *self.ended() = true;
+    }
+
+    pub(crate) fn has_ended(&self) -> bool {
+        *self.ended()
+    }
+
+    fn ended(&self) -> MutexGuard<'_, bool> {
+        self.ended.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
+/// Read the model's stream and route each packet, until the model hangs
+/// up or its stream fails: that error ends the gadget.
 pub(crate) fn reader(
     mut s: Conn,
     sh: Arc<Shared>,
     ctrl: Sender<Packet>,
     pumps: HashMap<u8, SyncSender<ToPump>>,
-) {
+) -> Result<()> {
     let mut buf = vec![0u8; 256 * 1024];
     loop {
         let n = match s.read(&mut buf) {
-            Ok(0) => {
-                say!("E: the model closed the connection");
-                std::process::exit(1);
-            }
+            Ok(0) => bail!("the model closed the connection"),
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => {
-                say!("E: reading from the model: {e}");
-                std::process::exit(1);
-            }
+            Err(e) => bail!("reading from the model: {e}"),
         };
         let mut packets = Vec::new();
         {
@@ -80,10 +97,7 @@ pub(crate) fn reader(
             while let Some(p) = c.next_packet() {
                 match p {
                     Ok(p) => packets.push(p),
-                    Err(e) => {
-                        say!("E: the model sent a bad packet: {e}");
-                        std::process::exit(1);
-                    }
+                    Err(e) => bail!("the model sent a bad packet: {e}"),
                 }
             }
         }
@@ -206,30 +220,23 @@ pub(crate) fn bulk_in(
 /// Bulk OUT: keep `in_flight` reads queued on the endpoint (Linux AIO, so
 /// that the controller can complete several of the host's transfers at
 /// once), and pass each transfer to the model, at most `in_flight`
-/// unanswered there.
+/// unanswered there. It ends quietly when the model's answers stop coming
+/// (the reader is gone); an AIO call failing ends the gadget.
 pub(crate) fn bulk_out(
     sh: Arc<Shared>,
     ep: Endpoint,
     file: File,
     rx: Receiver<ToPump>,
     in_flight: usize,
-) {
-    let ctx = match aio::Ctx::new(in_flight as u32) {
-        Ok(c) => c,
-        Err(e) => {
-            say!("E: ep {:#04x}: io_setup: {e}", ep.address);
-            std::process::exit(1);
-        }
-    };
+) -> Result<()> {
+    let fail = |call: &str, e: std::io::Error| anyhow!("ep {:#04x}: {call}: {e}", ep.address);
+    let ctx = aio::Ctx::new(in_flight as u32).map_err(|e| fail("io_setup", e))?;
     let fd = file.as_raw_fd();
     let mut slots: Vec<aio::Read> = (0..in_flight)
         .map(|i| aio::Read::new(fd, i as u64, OUT_READ))
         .collect();
     for s in &mut slots {
-        if let Err(e) = ctx.submit(s) {
-            say!("E: ep {:#04x}: io_submit: {e}", ep.address);
-            std::process::exit(1);
-        }
+        ctx.submit(s).map_err(|e| fail("io_submit", e))?;
     }
     let mut events = vec![aio::Event::default(); in_flight];
     let mut outstanding = 0usize;
@@ -238,10 +245,7 @@ pub(crate) fn bulk_out(
         let n = match ctx.wait(&mut events) {
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => {
-                say!("E: ep {:#04x}: io_getevents: {e}", ep.address);
-                std::process::exit(1);
-            }
+            Err(e) => return Err(fail("io_getevents", e)),
         };
         for ev in &events[..n] {
             let slot = &mut slots[ev.data as usize];
@@ -262,7 +266,7 @@ pub(crate) fn bulk_out(
                                 outstanding = 0;
                             }
                         }
-                        Err(RecvTimeoutError::Disconnected) => return,
+                        Err(RecvTimeoutError::Disconnected) => return Ok(()),
                     }
                 }
                 let data = slot.buf[..ev.res as usize].to_vec();
@@ -273,7 +277,7 @@ pub(crate) fn bulk_out(
                     ..Default::default()
                 });
                 if sh.link.send(m).is_err() {
-                    return;
+                    return Ok(());
                 }
                 outstanding += 1;
             } else if ev.res < 0 {
@@ -284,10 +288,7 @@ pub(crate) fn bulk_out(
                 // Disabled: the next read waits in io_submit until enabled.
                 std::thread::sleep(Duration::from_millis(5));
             }
-            if let Err(e) = ctx.submit(slot) {
-                say!("E: ep {:#04x}: io_submit: {e}", ep.address);
-                std::process::exit(1);
-            }
+            ctx.submit(slot).map_err(|e| fail("io_submit", e))?;
         }
     }
 }
@@ -301,6 +302,53 @@ pub(crate) fn interrupt_in(ep: Endpoint, mut file: File, rx: Receiver<ToPump>) {
                         say!("W: ep {:#04x}: {e}", ep.address);
                     }
                 }
+            }
+        }
+    }
+}
+
+/// ep0's events until reading them fails: setup requests answered through
+/// the model, the host enabling and disabling the function passed on to
+/// it. Once the gadget has ended, ep0 is left to the clean-up.
+pub(crate) fn ep0_events(
+    sh: &Shared,
+    mut ep0: File,
+    ctrl: &Receiver<Packet>,
+    int_ep: Option<u8>,
+) -> Result<()> {
+    let mut buf = [0u8; gadget::EVENT_LEN * 4];
+    loop {
+        let n = match ep0.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => bail!("reading ep0 events: {e}"),
+        };
+        if sh.has_ended() {
+            return Ok(());
+        }
+        for ev in gadget::parse_events(&buf[..n]) {
+            match ev {
+                Event::Setup(s) => setup(sh, &mut ep0, ctrl, s)?,
+                Event::Enable => {
+                    say!("I: the host enabled the function");
+                    sh.link
+                        .send(Message::SetConfiguration { configuration: 1 })?;
+                    if let Some(ep) = int_ep {
+                        sh.link
+                            .send(Message::StartInterruptReceiving { endpoint: ep })?;
+                    }
+                    sh.epoch.fetch_add(1, Ordering::SeqCst);
+                    sh.enabled.store(true, Ordering::SeqCst);
+                }
+                Event::Disable => {
+                    say!("I: the host disabled the function (reset or unplug)");
+                    sh.enabled.store(false, Ordering::SeqCst);
+                    if sh.plugged.load(Ordering::SeqCst) {
+                        sh.link.send(Message::Reset)?;
+                    }
+                }
+                Event::Bind | Event::Unbind | Event::Suspend | Event::Resume => {}
+                Event::Unknown(t) => say!("W: unknown FunctionFS event {t}"),
             }
         }
     }

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use ax88772::splice::{Splice, Splitter};
 
 use crate::conn::{open_port, Conn};
+use crate::failure::Failures;
 
 /// The relay's state, shared by its two directions.
 pub(crate) struct Relay {
@@ -24,19 +25,25 @@ pub(crate) struct Relay {
 /// session and exits when its device goes away (an unplug); QEMU's session
 /// lives on, so the relay splices the next usbredirect listening there into
 /// it (`ax88772::splice`): QEMU is told the device went away, and then that
-/// it is back.
-pub(crate) fn relay(spec: &str) -> Result<()> {
+/// it is back. The second thread's failure is reported to `failures`.
+pub(crate) fn relay(spec: &str, failures: &Failures) -> Result<()> {
     let (name, addr) = spec
         .split_once('=')
         .context("--relay wants NAME=HOST:PORT")?;
     let port = Conn::Port(open_port(name, Duration::from_secs(30))?);
-    relay_on(port, addr, Duration::from_secs(60))
+    relay_on(port, addr, Duration::from_secs(60), failures)
 }
 
 /// The relay on an open port: QEMU's side, read here; each usbredirect
-/// session is read by a second thread. `first_connect` bounds the wait for
-/// the first usbredirect to listen.
-pub(crate) fn relay_on(mut port: Conn, addr: &str, first_connect: Duration) -> Result<()> {
+/// session is read by a second thread, whose failure, reported to
+/// `failures`, ends the gadget. `first_connect` bounds the wait for the
+/// first usbredirect to listen.
+pub(crate) fn relay_on(
+    mut port: Conn,
+    addr: &str,
+    first_connect: Duration,
+    failures: &Failures,
+) -> Result<()> {
     let sh = Arc::new(Mutex::new(Relay {
         splice: Splice::default(),
         to_exporter: None,
@@ -80,11 +87,8 @@ pub(crate) fn relay_on(mut port: Conn, addr: &str, first_connect: Duration) -> R
         if !sessions_started && sh.lock().unwrap().splice.has_qemu_hello() {
             sessions_started = true;
             let (sh, addr, port) = (sh.clone(), addr.to_string(), port.try_clone()?);
-            std::thread::spawn(move || {
-                if let Err(e) = exporter_sessions(&sh, &addr, port, first_connect) {
-                    say!("E: {e:#}");
-                    std::process::exit(1);
-                }
+            failures.worker("usbredirect sessions", move || {
+                exporter_sessions(&sh, &addr, port, first_connect)
             });
         }
     }

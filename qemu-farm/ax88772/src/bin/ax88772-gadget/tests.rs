@@ -8,6 +8,7 @@ use super::*;
 use ax88772::gadget::Setup;
 use ax88772::splice::Splice;
 use std::cell::RefCell;
+use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -26,6 +27,8 @@ mod conn;
 mod endpoints;
 #[path = "tests/learn.rs"]
 mod learn;
+#[path = "tests/life.rs"]
+mod life;
 #[path = "tests/relay.rs"]
 mod relay;
 #[path = "tests/setup.rs"]
@@ -177,6 +180,23 @@ impl Drop for TempDir {
     }
 }
 
+/// Every path under `d`, sorted.
+fn tree(d: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let mut todo = vec![d.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        for e in std::fs::read_dir(&p).unwrap().flatten() {
+            let q = e.path();
+            if q.is_dir() && !q.is_symlink() {
+                todo.push(q.clone());
+            }
+            v.push(q);
+        }
+    }
+    v.sort();
+    v
+}
+
 /// A stream whose reads can time out.
 trait Timed: Read + Write {
     fn read_timeout(&self, d: Duration);
@@ -301,6 +321,7 @@ fn shared(link: Link, gadget: &Path) -> Arc<Shared> {
         plugged: AtomicBool::new(true),
         gadget: gadget.to_path_buf(),
         udc: "dummy_udc.0".into(),
+        ended: Mutex::new(false),
     })
 }
 

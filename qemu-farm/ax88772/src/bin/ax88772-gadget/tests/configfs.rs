@@ -45,23 +45,6 @@ fn sample() -> Identity {
     }
 }
 
-/// Every path under `d`, sorted.
-fn tree(d: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    let mut todo = vec![d.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        for e in std::fs::read_dir(&p).unwrap().flatten() {
-            let q = e.path();
-            if q.is_dir() && !q.is_symlink() {
-                todo.push(q.clone());
-            }
-            v.push(q);
-        }
-    }
-    v.sort();
-    v
-}
-
 #[test]
 fn a_failed_functionfs_mount_takes_back_the_gadget_tree_and_reports_the_mount() {
     let t = TempDir::new("cleanup-mount");

@@ -109,9 +109,10 @@ fn reader_decodes_the_models_stream() {
     let (ctrl_tx, ctrl_rx) = mpsc::channel();
     let (bulk_tx, bulk_rx) = mpsc::sync_channel(4);
     let pumps = HashMap::from([(0x82, bulk_tx)]);
+    let (ended, reader_ended) = mpsc::channel();
     {
         let sh = sh.clone();
-        std::thread::spawn(move || reader(s, sh, ctrl_tx, pumps));
+        std::thread::spawn(move || ended.send(reader(s, sh, ctrl_tx, pumps)));
     }
     let control = ControlPacket {
         endpoint: 0x80,
@@ -147,9 +148,47 @@ fn reader_decodes_the_models_stream() {
         assert!(Instant::now() < deadline, "the gadget was not unbound");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // The reader ends the process when the model hangs up: the model's
-    // end stays open for the rest of the test run.
-    std::mem::forget(m);
+    // The model hanging up ends the reader with that error, for the
+    // gadget to end on; the pumps' channels close with it.
+    drop(m);
+    let e = reader_ended.recv_timeout(PATIENCE).unwrap().unwrap_err();
+    assert_eq!(format!("{e:#}"), "the model closed the connection");
+    assert!(matches!(
+        bulk_rx.recv_timeout(PATIENCE),
+        Err(mpsc::RecvTimeoutError::Disconnected)
+    ));
+}
+
+#[test]
+fn reader_ends_on_a_bad_packet() {
+    let (link, s, mut m) = link_pair();
+    let sh = shared(link, Path::new(""));
+    let (ctrl_tx, _ctrl_rx) = mpsc::channel();
+    // A header of a packet type usbredir does not have.
+    m.s.write_all(&[0x77, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    let e = in_thread(move || reader(s, sh, ctrl_tx, HashMap::new())).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(
+        e.starts_with("the model sent a bad packet: unknown packet type 30583"),
+        "{e}"
+    );
+    drop(m);
+}
+
+#[test]
+fn reader_ends_on_a_failed_read() {
+    let (link, _s, _m) = link_pair();
+    let sh = shared(link, Path::new(""));
+    let (ctrl_tx, _ctrl_rx) = mpsc::channel();
+    let t = TempDir::new("readerdir");
+    // A directory: reading it fails (EISDIR).
+    let s = Conn::Port(File::open(&t.0).unwrap());
+    let e = in_thread(move || reader(s, sh, ctrl_tx, HashMap::new())).unwrap_err();
+    assert_eq!(
+        format!("{e:#}"),
+        "reading from the model: Is a directory (os error 21)"
+    );
 }
 
 #[test]
@@ -319,7 +358,7 @@ fn bulk_out_passes_transfers_on_at_most_in_flight_unanswered() {
     {
         let sh = sh.clone();
         std::thread::spawn(move || {
-            bulk_out(sh, BULK_OUT, file, rx, 1);
+            bulk_out(sh, BULK_OUT, file, rx, 1).unwrap();
             let _ = done_tx.send(());
         });
     }
@@ -351,7 +390,7 @@ fn bulk_out_reports_a_failed_read_and_reads_again() {
     let (tx, rx) = mpsc::sync_channel(64);
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
-        bulk_out(sh, BULK_OUT, file, rx, 1);
+        bulk_out(sh, BULK_OUT, file, rx, 1).unwrap();
         let _ = done_tx.send(());
     });
     let deadline = Instant::now() + PATIENCE;
@@ -370,4 +409,99 @@ fn bulk_out_reports_a_failed_read_and_reads_again() {
     done_rx
         .recv_timeout(PATIENCE)
         .expect("bulk_out returns once nothing feeds it");
+}
+
+#[test]
+fn bulk_out_ends_with_a_failed_aio_call_as_its_error() {
+    let (link, _s, _m) = link_pair();
+    let sh = shared(link, Path::new(""));
+    let t = TempDir::new("bulkoutdir");
+    // A directory cannot be read through AIO: io_submit refuses it.
+    let file = File::open(&t.0).unwrap();
+    let (_tx, rx) = mpsc::sync_channel(64);
+    let e = in_thread(move || bulk_out(sh, BULK_OUT, file, rx, 2)).unwrap_err();
+    assert_eq!(
+        format!("{e:#}"),
+        "ep 0x03: io_submit: Invalid argument (os error 22)"
+    );
+}
+
+#[test]
+fn an_ended_gadget_is_neither_bound_nor_unbound() {
+    let (link, _s, _m) = link_pair();
+    let t = TempDir::new("ended");
+    let sh = shared(link, &t.0);
+    assert!(!sh.has_ended());
+    sh.end();
+    assert!(sh.has_ended());
+    log();
+    sh.bind(true);
+    sh.bind(false);
+    assert!(!t.0.join("UDC").exists());
+    assert_eq!(log(), Vec::<String>::new());
+}
+
+/// A FunctionFS event as ep0 reads it (`struct usb_functionfs_event`).
+fn ffs_event(kind: u8) -> [u8; gadget::EVENT_LEN] {
+    let mut e = [0u8; gadget::EVENT_LEN];
+    e[8] = kind;
+    e
+}
+
+const ENABLE: u8 = 2;
+const DISABLE: u8 = 3;
+
+#[test]
+fn ep0_events_pass_the_hosts_enabling_on_until_the_gadget_ends() {
+    let (link, _s, mut m) = link_pair();
+    let sh = shared(link, Path::new(""));
+    sh.enabled.store(false, Ordering::SeqCst);
+    let (_ctrl_tx, ctrl_rx) = mpsc::channel::<Packet>();
+    let (ep0, mut host) = pipe();
+    let (ended, events_ended) = mpsc::channel();
+    {
+        let sh = sh.clone();
+        std::thread::spawn(move || {
+            let r = ep0_events(&sh, ep0, &ctrl_rx, Some(0x81));
+            let _ = ended.send((r.map_err(|e| e.to_string()), log()));
+        });
+    }
+    host.write_all(&ffs_event(ENABLE)).unwrap();
+    assert_eq!(m.next().msg, Message::SetConfiguration { configuration: 1 });
+    assert_eq!(
+        m.next().msg,
+        Message::StartInterruptReceiving { endpoint: 0x81 }
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while !sh.enabled.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the function was not enabled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(sh.epoch.load(Ordering::SeqCst), 1);
+    // Ended (a failure elsewhere): the clean-up's unbinding disables the
+    // function, and that is not passed on.
+    sh.end();
+    host.write_all(&ffs_event(DISABLE)).unwrap();
+    let (r, l) = events_ended.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(r, Ok(()));
+    assert_eq!(l, ["I: the host enabled the function"]);
+    assert!(sh.enabled.load(Ordering::SeqCst));
+    assert!(m.try_next(Duration::from_millis(100)).is_none());
+}
+
+#[test]
+fn a_failed_ep0_read_ends_the_gadget_as_its_main_path_does() {
+    let (link, _s, _m) = link_pair();
+    let sh = shared(link, Path::new(""));
+    let (_ctrl_tx, ctrl_rx) = mpsc::channel::<Packet>();
+    // A write end: reading it fails (EBADF).
+    let (_r, ep0) = pipe();
+    let (failures, failed) = failures();
+    failures.main_path("ep0", move || ep0_events(&sh, ep0, &ctrl_rx, None));
+    let e = failed.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(
+        format!("{e:#}"),
+        "reading ep0 events: Bad file descriptor (os error 9)"
+    );
+    assert_eq!(exit_code(&e), 2);
 }

@@ -28,7 +28,10 @@ fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
     let mut qemu = Model::peer(qemu_end, Role::Guest, caps);
     let relay_addr = addr.clone();
     let (ended, relay) = mpsc::channel();
-    std::thread::spawn(move || ended.send(relay_on(port(relay_end), &relay_addr, PATIENCE)));
+    let (failures, failed) = failures();
+    std::thread::spawn(move || {
+        ended.send(relay_on(port(relay_end), &relay_addr, PATIENCE, &failures))
+    });
     qemu.hello();
 
     // The first session: both hellos pass, and everything after them.
@@ -76,6 +79,40 @@ fn the_relay_splices_each_usbredirect_session_into_qemus_one() {
     let r = relay.recv_timeout(PATIENCE).expect("the relay ended");
     assert!(r.is_ok(), "{r:?}");
     assert!(logged_anywhere("QEMU closed the port"));
+    // Nothing there failed.
+    assert!(failed.try_recv().is_err());
+}
+
+#[test]
+fn a_failed_usbredirect_session_is_reported_as_a_workers_failure() {
+    let (qemu_end, relay_end) = UnixStream::pair().unwrap();
+    let addr = refused_addr().to_string();
+    let mut qemu = Model::peer(qemu_end, Role::Guest, gadget_caps());
+    let (failures, failed) = failures();
+    let a = addr.clone();
+    let (ended, relay) = mpsc::channel();
+    std::thread::spawn(move || {
+        ended.send(relay_on(
+            port(relay_end),
+            &a,
+            Duration::from_millis(100),
+            &failures,
+        ))
+    });
+    // QEMU's hello starts the sessions; no usbredirect ever listens.
+    qemu.hello();
+    let e = failed
+        .recv_timeout(PATIENCE)
+        .expect("the sessions' failure is reported, the process lives on");
+    assert!(
+        format!("{e:#}").starts_with(&format!("relay: cannot connect to {addr}: ")),
+        "{e:#}"
+    );
+    assert_eq!(exit_code(&e), 1);
+    // The relay itself goes on until QEMU goes.
+    drop(qemu);
+    let r = relay.recv_timeout(PATIENCE).expect("the relay ended");
+    assert!(r.is_ok(), "{r:?}");
 }
 
 /// What `exporter_sessions` starts from: QEMU's end of the port (its
@@ -134,7 +171,8 @@ fn the_relay_ends_on_a_port_that_fails_to_read() {
     let t = TempDir::new("relayport");
     // A directory: every read fails (EISDIR), again and again.
     let port = Conn::Port(File::open(&t.0).unwrap());
-    let r = in_thread(move || relay_on(port, "127.0.0.1:1", Duration::from_millis(100)));
+    let (failures, _failed) = failures();
+    let r = in_thread(move || relay_on(port, "127.0.0.1:1", Duration::from_millis(100), &failures));
     let e = format!("{:#}", r.unwrap_err());
     assert!(e.contains("relay: reading the port"), "{e}");
 }
