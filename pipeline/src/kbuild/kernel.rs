@@ -127,34 +127,19 @@ pub fn configure_jobs(tc: &Toolchain, l: &Layout, variant: Variant, extra: bool)
         merge.push("/build/.phyfarm-extra.config".into());
     }
     let merge: Vec<&str> = merge.iter().map(String::as_str).collect();
+    // `make -s … tinyconfig`, then the fragments merged, then olddefconfig.
+    let quiet = |target: &'static str| -> Vec<&'static str> {
+        let (make, rest) = KBUILD_MAKE.split_first().expect("KBUILD_MAKE names make");
+        [*make, "-s"]
+            .into_iter()
+            .chain(rest.iter().copied())
+            .chain([target])
+            .collect()
+    };
     vec![
-        job(
-            tc,
-            l,
-            &[
-                "make",
-                "-s",
-                "-C",
-                "/src",
-                "O=/build",
-                "ARCH=x86_64",
-                "tinyconfig",
-            ],
-        ),
+        job(tc, l, &quiet("tinyconfig")),
         job(tc, l, &merge),
-        job(
-            tc,
-            l,
-            &[
-                "make",
-                "-s",
-                "-C",
-                "/src",
-                "O=/build",
-                "ARCH=x86_64",
-                "olddefconfig",
-            ],
-        ),
+        job(tc, l, &quiet("olddefconfig")),
     ]
 }
 
