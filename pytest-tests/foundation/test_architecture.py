@@ -342,3 +342,31 @@ def test_the_guest_plan_owns_the_machine_and_each_role_its_devices():
         f: sorted(found[f]) for f in device_where - QEMU_DEVICE_HOMES
     }
     assert "-append" in found["pipeline/src/guest/machine.rs"], found
+
+
+def stage_graph() -> dict[str, set[str]]:
+    """Which top-level module of pipeline/src each one's code (outside its
+    tests) names with `crate::<module>`."""
+    base = REPO / "pipeline/src"
+    mods = {p.stem for p in base.iterdir() if p.suffix == ".rs" or p.is_dir()}
+    mods -= {"lib", "main"}
+    graph: dict[str, set[str]] = {}
+    for m in sorted(mods):
+        graph[m] = {x for _, x in rust_imports(m) if x in mods and x != m}
+    return graph
+
+
+def test_the_stages_import_one_another_without_a_cycle():
+    """The arrows between pipeline/src's modules run one way: no module
+    reaches itself through the ones it imports (guest once named a
+    constant of farm while farm used guest's plan)."""
+    graph = stage_graph()
+    assert "farm" in graph["run"] and "guest" in graph["farm"], graph
+
+    def reaches(a: str, b: str, seen: set[str]) -> bool:
+        return any(n == b or (n not in seen and reaches(n, b, seen | {n})) for n in graph[a])
+
+    cycles = sorted(
+        f"{a} -> {b} -> … -> {a}" for a in graph for b in graph[a] if reaches(b, a, {b})
+    )
+    assert not cycles, cycles

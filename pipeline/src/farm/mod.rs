@@ -220,9 +220,7 @@ pub(crate) fn python(paths: &Paths) -> PathBuf {
         .unwrap_or_else(|| paths.cache.join("venv").join("bin").join("python"))
 }
 
-/// `--device` of the forwarded-gadget path: the model as a USB gadget in an
-/// exporter guest, exported by the real usbredirect.
-pub const FORWARDED_GADGET: &str = "forwarded-gadget";
+pub use crate::guest::plan::FORWARDED_GADGET;
 
 /// The guest plan `phyfarm test` writes into the run's folder for the
 /// harness (`--guest-plan`).

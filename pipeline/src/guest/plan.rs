@@ -39,6 +39,10 @@ pub enum Exporter {
     Build { jobs: usize },
 }
 
+/// `--device` of the forwarded-gadget path: the model as a USB gadget in an
+/// exporter guest, exported by the real usbredirect.
+pub const FORWARDED_GADGET: &str = "forwarded-gadget";
+
 /// The exporter kernel's configuration on top of the c variant.
 pub const EXPORTER_FRAGMENT: &str = "qemu-farm/guest/exporter.config";
 
@@ -69,7 +73,7 @@ impl Request {
             } else {
                 Emulator::Build
             },
-            exporter: if device == Some(crate::farm::FORWARDED_GADGET) {
+            exporter: if device == Some(FORWARDED_GADGET) {
                 Exporter::Build {
                     jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
                 }
@@ -349,7 +353,7 @@ mod tests {
         assert_eq!(req(None).emulator, Emulator::Build);
         assert_eq!(req(None).exporter, Exporter::None);
         assert_eq!(req(Some("emulated")).exporter, Exporter::None);
-        let gadget = req(Some(crate::farm::FORWARDED_GADGET));
+        let gadget = req(Some(FORWARDED_GADGET));
         assert_eq!(gadget.emulator, Emulator::Build);
         assert!(matches!(gadget.exporter, Exporter::Build { .. }));
         let forwarded = req(Some("forwarded:10.0.0.2:4000"));
