@@ -3,6 +3,7 @@
 
 pub mod addr;
 pub mod cli;
+pub mod config;
 pub mod ctl;
 pub mod descriptors;
 pub mod device;
@@ -15,6 +16,7 @@ pub mod impair;
 pub mod link;
 pub mod log;
 pub mod mac;
+pub mod mii;
 pub mod net;
 pub mod nic;
 pub mod pcap;
@@ -22,5 +24,4 @@ pub mod pending;
 pub mod phy;
 pub mod server;
 pub mod splice;
-pub mod tap;
 pub mod wire;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 use crate::log_i;
-use crate::phy::{adv, bmcr};
+use crate::mii::{adv, bmcr};
 
 /// A 10/100 link mode, in the order of preference of autonegotiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -10,7 +10,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::device::DeviceConfig;
+use crate::config::DeviceConfig;
+pub use crate::config::{DuplexMismatch, RxMode};
 use crate::framing::{self, TxOutcome, TxParser, MAX_FRAME, MAX_RX_TRANSFER};
 use crate::impair::{Fate, Impair, ImpairConfig};
 use crate::mac::{Effects, Mac};
@@ -129,34 +130,6 @@ pub enum RxData {
     /// frames, that frame is lost; as a byte stream, a request shorter than
     /// one 16-bit FIFO word, and nothing is lost.
     Babble,
-}
-
-/// How RX records meet bulk IN requests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum RxMode {
-    /// As the chip's FIFO streams them: each request is filled with as many
-    /// 16-bit words as it holds (up to 2048 bytes), so a record may start in
-    /// one transfer and end in the next, its header included (split 2 + 2).
-    /// Linux's `asix_rx_fixup_internal` reassembles such records.
-    #[default]
-    Stream,
-    /// Whole records only; a request too short for the next record babbles
-    /// and that frame is lost.
-    Whole,
-}
-
-/// What a duplex mismatch (the MAC's MEDIUM.FD against the duplex the PHY
-/// linked at) does to frames that overlap one coming the other way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum DuplexMismatch {
-    /// Counted as collisions (`duplex_collisions`); frames still pass.
-    #[default]
-    Count,
-    /// Counted, and the frame is lost, as the half-duplex side aborts it
-    /// (a late collision) or the full-duplex side's frame is mangled.
-    Lose,
 }
 
 /// The unsent end of a record whose start already went to the guest.

@@ -1,11 +1,10 @@
 //! The wire: Ethernet frames to and from the link partner over a QEMU
 //! `-netdev stream` (4-byte big-endian length, then the frame) or
-//! `-netdev dgram` (one frame per datagram) socket, or a tap interface
-//! (`tap.rs`).
+//! `-netdev dgram` (one frame per datagram) socket, or a tap interface.
 //!
 //! This file holds the [`Wire`] trait, [`open`], [`NoWire`] and the
-//! in-memory [`mock`]; beside it: `stream` ([`StreamWire`]) and `dgram`
-//! ([`DgramWire`]).
+//! in-memory [`mock`]; beside it: `stream` ([`StreamWire`]), `dgram`
+//! ([`DgramWire`]) and `tap` ([`tap::TapWire`]).
 
 use std::io;
 use std::os::unix::io::RawFd;
@@ -16,6 +15,7 @@ use crate::net::Listener;
 
 mod dgram;
 mod stream;
+pub mod tap;
 
 pub use dgram::{DgramWire, DGRAM_QUEUE};
 pub use stream::StreamWire;
@@ -51,7 +51,7 @@ pub fn open(spec: &WireSpec) -> io::Result<Box<dyn Wire>> {
         WireSpec::StreamConnect(a) => Box::new(StreamWire::new(Some(a.clone()), None)),
         WireSpec::StreamListen(a) => Box::new(StreamWire::new(None, Some(Listener::bind(a)?))),
         WireSpec::Dgram { local, remote } => Box::new(DgramWire::bind(local, remote)?),
-        WireSpec::Tap(name) => Box::new(crate::tap::TapWire::attach(name)?),
+        WireSpec::Tap(name) => Box::new(tap::TapWire::attach(name)?),
     })
 }
 

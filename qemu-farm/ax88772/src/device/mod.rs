@@ -6,8 +6,8 @@
 //! drive it directly. Counters and the capture are the device's
 //! [`NicEvents`](crate::nic::NicEvents).
 //!
-//! This file holds the session; beside it: `config` ([`DeviceConfig`]),
-//! `stats` ([`Counters`], the capture), `transfers` (control requests, bulk
+//! This file holds the session (its settings, [`DeviceConfig`], are the
+//! leaf `crate::config`); beside it: `stats` ([`Counters`], the capture), `transfers` (control requests, bulk
 //! queues) and `controls` (knobs for the control socket).
 
 use std::time::{Duration, Instant};
@@ -24,12 +24,11 @@ use crate::pending::Pending;
 use crate::phy::Phy;
 use crate::{log_i, log_t, log_w};
 
-mod config;
 mod controls;
 mod stats;
 mod transfers;
 
-pub use config::{format_mac, DeviceConfig, DEFAULT_PACE_BURST, DEFAULT_PHY_TIMING};
+pub use crate::config::{format_mac, DeviceConfig, DEFAULT_PACE_BURST, DEFAULT_PHY_TIMING};
 pub use stats::Counters;
 use stats::Stats;
 use transfers::cancelled;

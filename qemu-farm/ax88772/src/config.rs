@@ -1,14 +1,43 @@
 //! How the emulated adapter is set up: [`DeviceConfig`] (variant, MAC, PHY,
-//! pacing, queue depth, autonegotiation, link partner, quirks), its JSON
-//! form and [`format_mac`].
+//! pacing, queue depth, autonegotiation, link partner, quirks, how RX meets
+//! bulk IN and what a duplex mismatch does), its JSON form and
+//! [`format_mac`]. A leaf of the device model: `device` and `nic` both
+//! read it, and it reads neither.
 
 use serde::Serialize;
 use std::time::Duration;
 
 use crate::descriptors::Variant;
 use crate::mac::Addr0;
-use crate::nic::{DuplexMismatch, RxMode};
 use crate::phy::{Partner, Quirks, Timing};
+
+/// How RX records meet bulk IN requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum RxMode {
+    /// As the chip's FIFO streams them: each request is filled with as many
+    /// 16-bit words as it holds (up to 2048 bytes), so a record may start in
+    /// one transfer and end in the next, its header included (split 2 + 2).
+    /// Linux's `asix_rx_fixup_internal` reassembles such records.
+    #[default]
+    Stream,
+    /// Whole records only; a request too short for the next record babbles
+    /// and that frame is lost.
+    Whole,
+}
+
+/// What a duplex mismatch (the MAC's MEDIUM.FD against the duplex the PHY
+/// linked at) does to frames that overlap one coming the other way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplexMismatch {
+    /// Counted as collisions (`duplex_collisions`); frames still pass.
+    #[default]
+    Count,
+    /// Counted, and the frame is lost, as the half-duplex side aborts it
+    /// (a late collision) or the full-duplex side's frame is mangled.
+    Lose,
+}
 
 /// The PHY's reset and power-up times by default: 10 ms each, well inside
 /// what Linux waits (phy_poll_reset sleeps 50 ms before it first reads

@@ -10,9 +10,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, RawFd};
 
+use super::Wire;
 use crate::framing::MAX_FRAME;
 use crate::log_w;
-use crate::wire::Wire;
 
 /// `struct ifreq` as TUNSETIFF reads it: the name, then the flags.
 #[repr(C)]
