@@ -344,7 +344,7 @@ pub fn build(paths: &Paths, opts: &BuildOptions) -> Result<Outcome> {
     let (failed, stopped) = b.make_bzimage(&mut run)?;
     drop(run);
     log.flush()?;
-    let (status, log_excerpt) = b.record(failed, stopped.as_deref(), &dotconfig)?;
+    let (status, log_excerpt) = b.write_outputs(failed, stopped.as_deref(), &dotconfig)?;
     b.report(status, &log_excerpt)
 }
 
@@ -513,7 +513,7 @@ impl KernelBuild<'_> {
     /// After `make bzImage`: the tree's base warnings, the artifacts copied
     /// out and `metadata.json` written. Returns the build's status and the
     /// excerpt of its log.
-    fn record(
+    fn write_outputs(
         &self,
         failed: Option<i32>,
         stopped: Option<&str>,
@@ -526,7 +526,7 @@ impl KernelBuild<'_> {
             Some(_) => Status::Fail,
         };
         let log_text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-        record_base_warnings(&l.build, &crate::kbuild::warnings::parse(&log_text))?;
+        write_base_warnings(&l.build, &crate::kbuild::warnings::parse(&log_text))?;
         let mut artifacts = BTreeMap::new();
         let mut log_excerpt = Vec::new();
         let mut status = status;
@@ -725,7 +725,7 @@ pub fn base_warning_keys(build: &Path) -> std::collections::BTreeSet<String> {
         .unwrap_or_default()
 }
 
-fn record_base_warnings(build: &Path, found: &[crate::kbuild::warnings::Warning]) -> Result<()> {
+fn write_base_warnings(build: &Path, found: &[crate::kbuild::warnings::Warning]) -> Result<()> {
     let mut keys = base_warning_keys(build);
     let before = keys.len();
     keys.extend(found.iter().map(|w| w.key.clone()));
