@@ -8,6 +8,9 @@
 //! farm's five to six samples a side, the smallest p it can give is about
 //! 0.002-0.004: a call at p < 0.01 needs a clear separation.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 /// Significance level of a one-sided call.
 pub const ALPHA: f64 = 0.01;
 
@@ -35,9 +38,9 @@ pub fn median(xs: &[f64]) -> f64 {
 }
 
 /// The largest n1 × n2 whose p-value is counted exactly. Counting costs
-/// about n1 × n2 × n1 × n2 steps (13 million at 60 × 60, per measurement of
-/// every run a dashboard shows); from 20 × 20 on, the normal approximation
-/// is within 0.005 of the exact value.
+/// about n1 × n2 × n1 × n2 steps (13 million at 60 × 60), once per pair of
+/// sample sizes; from 20 × 20 on, the normal approximation is within 0.005
+/// of the exact value.
 const EXACT_MAX_PAIRS: usize = 400;
 
 /// One-sided p-value of Mann–Whitney's U that `a` tends to be smaller than
@@ -97,9 +100,27 @@ fn normal_p(a: &[f64], b: &[f64], u: f64) -> f64 {
     normal_cdf(z)
 }
 
-/// P(U <= u) for sample sizes n1, n2 without ties, by counting the
-/// arrangements (the classic recurrence over the largest element).
+/// P(U <= u) for sample sizes n1, n2 without ties, from [`exact_distribution`]
+/// (counted once per pair of sample sizes: a dashboard asks for the same
+/// few sizes thousands of times).
 fn exact_cdf(n1: usize, n2: usize, u: usize) -> f64 {
+    type Tables = HashMap<(usize, usize), Arc<Vec<f64>>>;
+    static TABLES: OnceLock<Mutex<Tables>> = OnceLock::new();
+    let tables = TABLES.get_or_init(Default::default);
+    let cdf = {
+        let mut t = tables.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            t.entry((n1, n2))
+                .or_insert_with(|| Arc::new(exact_distribution(n1, n2))),
+        )
+    };
+    cdf[u.min(n1 * n2)]
+}
+
+/// P(U <= k) for k in 0..=n1 × n2, sample sizes n1, n2 without ties, by
+/// counting the arrangements (the classic recurrence over the largest
+/// element).
+fn exact_distribution(n1: usize, n2: usize) -> Vec<f64> {
     let max = n1 * n2;
     // f[i][j][k]: arrangements of i a's and j b's with U = k.
     let mut prev: Vec<Vec<f64>> = vec![vec![0.0; max + 1]; n2 + 1];
@@ -120,7 +141,14 @@ fn exact_cdf(n1: usize, n2: usize, u: usize) -> f64 {
     }
     let counts = &prev[n2];
     let total: f64 = counts.iter().sum();
-    counts[..=u.min(max)].iter().sum::<f64>() / total
+    let mut below = 0.0;
+    counts
+        .iter()
+        .map(|c| {
+            below += c;
+            below / total
+        })
+        .collect()
 }
 
 fn normal_cdf(z: f64) -> f64 {
@@ -179,10 +207,35 @@ pub fn shift(a: &[f64], b: &[f64], min_effect: f64) -> Option<Shift> {
 /// drawing `n` samples a side with replacement from the base's own samples
 /// (the revision's scaled by 1 − effect): the power the measured noise
 /// leaves for that loss. Deterministic: the draws are seeded by the samples.
+/// The answer is kept per input (a dashboard asks for the same measurement
+/// on several pages).
 pub fn power(base: &[f64], n: usize, effect: f64, min_effect: f64, trials: usize) -> Option<f64> {
     if base.len() < 2 || n == 0 || trials == 0 {
         return None;
     }
+    type Key = (Vec<u64>, usize, u64, u64, usize);
+    static KEPT: OnceLock<Mutex<HashMap<Key, f64>>> = OnceLock::new();
+    let key: Key = (
+        base.iter().map(|x| x.to_bits()).collect(),
+        n,
+        effect.to_bits(),
+        min_effect.to_bits(),
+        trials,
+    );
+    let kept = KEPT.get_or_init(Default::default);
+    if let Some(p) = kept.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Some(*p);
+    }
+    let p = simulated_power(base, n, effect, min_effect, trials);
+    let mut k = kept.lock().unwrap_or_else(|e| e.into_inner());
+    if k.len() >= 4096 {
+        k.clear(); // a long-running dashboard keeps a bounded set
+    }
+    k.insert(key, p);
+    Some(p)
+}
+
+fn simulated_power(base: &[f64], n: usize, effect: f64, min_effect: f64, trials: usize) -> f64 {
     let mut state = base.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, x| {
         (h ^ x.to_bits()).wrapping_mul(0x100_0000_01b3)
     }) | 1;
@@ -202,7 +255,7 @@ pub fn power(base: &[f64], n: usize, effect: f64, min_effect: f64, trials: usize
             hits += 1;
         }
     }
-    Some(hits as f64 / trials as f64)
+    hits as f64 / trials as f64
 }
 
 #[cfg(test)]
@@ -235,6 +288,35 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0, 6.5];
         let b = [5.0, 7.0, 8.0, 9.0, 10.0];
         assert!((p_smaller(&a, &b).unwrap() - 2.0 / 252.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_counted_tables_hold_for_every_u_and_both_orders_of_sizes() {
+        // 3 vs 4 and 4 vs 3, each U against an enumeration of the
+        // C(7, 3) = 35 ways to place the a's among the 7 ranks; asked
+        // twice, so the second answer comes from the kept table.
+        for (n1, n2) in [(3usize, 4usize), (4, 3)] {
+            let mut at_most = vec![0usize; n1 * n2 + 1];
+            for mask in 0u32..(1 << (n1 + n2)) {
+                if mask.count_ones() as usize != n1 {
+                    continue;
+                }
+                // U: pairs (a, b) with the a ranked above the b.
+                let u: usize = (0..n1 + n2)
+                    .filter(|r| mask & (1 << r) != 0)
+                    .map(|r| (0..r).filter(|q| mask & (1 << q) == 0).count())
+                    .sum();
+                for c in at_most.iter_mut().skip(u) {
+                    *c += 1;
+                }
+            }
+            for _ in 0..2 {
+                for (u, c) in at_most.iter().enumerate() {
+                    let p = exact_cdf(n1, n2, u);
+                    assert!((p - *c as f64 / 35.0).abs() < 1e-12, "{n1}x{n2} U={u}: {p}");
+                }
+            }
+        }
     }
 
     #[test]
