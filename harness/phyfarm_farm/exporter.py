@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .errors import HarnessError
-from .guest import chardev_reconnect, machine, machine_argv
+from .guest import devices, machine, machine_argv
 from .procs import Proc
 
 READY = "phyfarm-exporter: ready"
@@ -44,16 +44,7 @@ def exporter_argv(
     append = f"{machine(accel)['kernel_args']} phyfarm.role=exporter"
     return [
         *machine_argv(kernel, initrd, accel, 256, append, console),
-        "-device",
-        "virtio-serial-pci",
-        "-chardev",
-        f"socket,id=model,path={model_sock},{chardev_reconnect()}",
-        "-device",
-        "virtserialport,chardev=model,name=org.phyfarm.model",
-        "-chardev",
-        f"socket,id=redir,path={redir_sock},server=on,wait=off",
-        "-device",
-        "virtserialport,chardev=redir,name=org.phyfarm.usbredir",
+        *devices(accel, "exporter", model_sock=model_sock, redir_sock=redir_sock),
     ]
 
 

@@ -17,8 +17,6 @@ from .console import Console
 from .errors import AgentError, GuestDied, GuestTimeout, KernelFailure, SetupError
 from .procs import Proc
 
-AGENT_PORT = "org.phyfarm.agent"
-
 #: Console lines that mean the kernel reported a problem, and what to call it.
 SPLATS = [
     (re.compile(r"Kernel panic - not syncing"), "panicked"),
@@ -381,52 +379,66 @@ def machine_argv(
     return [_SLOT.sub(lambda m: values[m.group(1)], a) for a in machine_template(accel)]
 
 
+_DEVICE_SLOT = re.compile(
+    r"\{(agent_sock|usb_path|usb_host|usb_port|wire_local|wire_remote|model_sock|redir_sock)\}"
+)
+
+
+def devices(accel: str, name: str, **values: object) -> list[str]:
+    """The devices `name` of the machine's role devices
+    (`guest::machine::device_templates`), filled with `values`: each slot
+    replaced once, and a value never searched for slots itself. A plan
+    written before it carried devices gets today's `phyfarm guest machine`'s."""
+    m = machine(accel)
+    if not m.get("devices"):
+        m["devices"] = _current_devices(accel)
+    templates = m["devices"]
+    if name not in templates:
+        raise SetupError(f"phyfarm's guest machine has no devices named {name!r}")
+    filled = {k: str(v) for k, v in values.items()}
+
+    def fill(m: re.Match) -> str:
+        if m.group(1) not in filled:
+            raise SetupError(f"devices {name!r}: no value for {{{m.group(1)}}}")
+        return filled[m.group(1)]
+
+    return [_DEVICE_SLOT.sub(fill, a) for a in templates[name]]
+
+
+def _current_devices(accel: str) -> dict:
+    kept = _MACHINES.pop(accel, None)
+    try:
+        return machine(accel)["devices"]
+    finally:
+        if kept is not None:
+            _MACHINES[accel] = kept
+
+
 def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:
     # phyfarm's kernel command line for this machine (`phyfarm guest
     # machine` says why each option is there), then this guest's own.
     append = f"{machine(cfg.accel)['kernel_args']} {cfg.append}".strip()
     if cfg.tsc_khz and cfg.accel == "tcg":
         append += f" tsc_early_khz={cfg.tsc_khz}"
+    a = cfg.accel
     v = [
-        *machine_argv(cfg.kernel, cfg.initrd, cfg.accel, cfg.memory_mb, append, console),
-        "-device",
-        "virtio-serial-pci",
-        "-chardev",
-        f"socket,id=agent,path={agent_sock},server=on,wait=off",
-        "-device",
-        f"virtserialport,chardev=agent,name={AGENT_PORT}",
+        *machine_argv(cfg.kernel, cfg.initrd, a, cfg.memory_mb, append, console),
+        *devices(a, "agent", agent_sock=agent_sock),
     ]
+    if cfg.usb is not None or cfg.usb_net:
+        v += devices(a, "xhci")
     if cfg.usb is not None:
-        rc = chardev_reconnect()
         if cfg.usb[0] == "unix":
-            chardev = f"socket,id=ur0,path={cfg.usb[1]},{rc}"
+            v += devices(a, "usb_redir_unix", usb_path=cfg.usb[1])
         else:
-            chardev = f"socket,id=ur0,host={cfg.usb[1]},port={cfg.usb[2]},{rc}"
-        v += [
-            "-device",
-            "qemu-xhci,id=xhci",
-            "-chardev",
-            chardev,
-            "-device",
-            "usb-redir,chardev=ur0,bus=xhci.0",
-        ]
+            v += devices(a, "usb_redir_tcp", usb_host=cfg.usb[1], usb_port=cfg.usb[2])
     if cfg.usb_net:
         # QEMU's usb-net and the partner NIC, back to back on a hub inside
         # this QEMU: no socket for QEMU to reach after it dropped root.
-        if cfg.usb is None:
-            v += ["-device", "qemu-xhci,id=xhci"]
-        v += ["-netdev", "hubport,id=u0,hubid=0", "-device", "usb-net,netdev=u0,bus=xhci.0"]
-        v += ["-netdev", "hubport,id=n0,hubid=0", "-device", "virtio-net-pci,netdev=n0"]
+        v += devices(a, "usb_net_pair")
     elif cfg.wire is not None:
-        v += [*_dgram_netdev("n0", *cfg.wire), "-device", "virtio-net-pci,netdev=n0"]
+        v += devices(a, "partner_nic", wire_local=cfg.wire[0], wire_remote=cfg.wire[1])
     return v
-
-
-def _dgram_netdev(name: str, local: Path, remote: Path) -> list[str]:
-    return [
-        "-netdev",
-        f"dgram,id={name},local.type=unix,local.path={local},remote.type=unix,remote.path={remote}",
-    ]
 
 
 class Guest:

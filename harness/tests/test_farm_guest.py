@@ -37,6 +37,47 @@ def test_qemu_reconnect_option_is_phyfarms():
     assert f"socket,id=ur0,path=/s/u,{d['chardev_reconnect']}" in argv
 
 
+def test_the_farm_spells_its_devices_from_the_machines_templates(tmp_path):
+    """Every device of a farm guest is one of the machine's named templates
+    (guest::machine::device_templates), its slots filled once: a value is
+    never read for slots itself, a missing one or an unknown name is a
+    SetupError; a plan written before it carried devices gets today's."""
+    from phyfarm_farm import guest
+
+    d = guest.machine("tcg")
+    cfg = GuestConfig(
+        kernel=Path("k"),
+        initrd=Path("i"),
+        accel="tcg",
+        usb=("tcp", "192.0.2.1", 4000),
+        wire=(tmp_path / "{usb_path}", tmp_path / "r"),
+    )
+    argv = qemu_argv(cfg, tmp_path / "c", tmp_path / "agent.sock")
+    tail = argv[len(machine_template("tcg")) :]
+    expect = [
+        *d["devices"]["agent"],
+        *d["devices"]["xhci"],
+        *d["devices"]["usb_redir_tcp"],
+        *d["devices"]["partner_nic"],
+    ]
+    assert len(tail) == len(expect), tail
+    assert f"socket,id=agent,path={tmp_path / 'agent.sock'},server=on,wait=off" in tail
+    assert f"socket,id=ur0,host=192.0.2.1,port=4000,{d['chardev_reconnect']}" in tail
+    nic = next(a for a in tail if a.startswith("dgram,"))
+    assert f"local.path={tmp_path / '{usb_path}'}," in nic, nic
+    with pytest.raises(SetupError, match="no devices named 'sound'"):
+        guest.devices("tcg", "sound")
+    with pytest.raises(SetupError, match="no value for {usb_path}"):
+        guest.devices("tcg", "usb_redir_unix")
+    # An older plan's machine, without devices: today's are asked for.
+    kept = dict(d)
+    try:
+        guest.use_machine("tcg", {k: v for k, v in d.items() if k != "devices"})
+        assert guest.devices("tcg", "xhci") == ["-device", "qemu-xhci,id=xhci"]
+    finally:
+        guest.use_machine("tcg", kept)
+
+
 def test_qemu_usb_net_is_wired_back_to_back_with_the_partner_nic(tmp_path):
     cfg = GuestConfig(kernel=Path("bzImage"), initrd=Path("i"), accel="tcg", usb_net=True)
     argv = qemu_argv(cfg, tmp_path / "console.log", tmp_path / "agent.sock")

@@ -298,16 +298,15 @@ QEMU_MACHINE_OPTIONS = {
 }  # fmt: skip
 #: Where each is born: the machine every guest is, in the guest plan.
 QEMU_MACHINE_HOMES = {"pipeline/src/guest/machine.rs", "pipeline/src/guest/accel.rs"}
-#: Per-role devices (-device, -chardev, -netdev): the boot check's, the farm
-#: guest's and the exporter guest's, each in its role's module; doctor asks
-#: QEMU which devices it has (`-device help`).
+#: Devices (-device, -chardev, -netdev): the farm guest's and the exporter
+#: guest's are templates of the machine (guest/machine.rs, handed to the
+#: harness in the guest plan), the boot check's in guest/boot.rs; doctor
+#: asks QEMU which devices it has (`-device help`).
 QEMU_DEVICE_OPTIONS = {"-device", "-chardev", "-netdev"}
 QEMU_DEVICE_HOMES = {
     "pipeline/src/guest/boot.rs",
     "pipeline/src/guest/machine.rs",
     "pipeline/src/cli/doctor.rs",
-    "harness/phyfarm_farm/guest.py",
-    "harness/phyfarm_farm/exporter.py",
 }
 
 
@@ -330,8 +329,9 @@ def qemu_option_literals() -> dict[str, set[str]]:
 
 def test_the_guest_plan_owns_the_machine_and_each_role_its_devices():
     """QEMU's machine options are born in one place (guest/machine.rs and
-    the accelerator's guest/accel.rs) and reach the harness in the guest
-    plan; devices are added per role, in the role's module only."""
+    the accelerator's guest/accel.rs), and so are the farm's and the
+    exporter's devices; they reach the harness in the guest plan, which
+    fills their slots and spells no QEMU option itself."""
     found = qemu_option_literals()
     machine_where = {f for f, lits in found.items() if lits & QEMU_MACHINE_OPTIONS}
     device_where = {f for f, lits in found.items() if lits & QEMU_DEVICE_OPTIONS}
@@ -342,6 +342,8 @@ def test_the_guest_plan_owns_the_machine_and_each_role_its_devices():
         f: sorted(found[f]) for f in device_where - QEMU_DEVICE_HOMES
     }
     assert "-append" in found["pipeline/src/guest/machine.rs"], found
+    assert "-device" in found["pipeline/src/guest/machine.rs"], found
+    assert not [f for f in found if f.startswith("harness/")], found
 
 
 def module_graph(src: Path) -> dict[str, set[str]]:

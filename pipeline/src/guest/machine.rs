@@ -5,6 +5,7 @@
 //! the installed QEMU. `phyfarm boot` boots it (`guest/boot.rs`); `phyfarm
 //! guest machine` and the guest plan hand it to the farm.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -137,6 +138,109 @@ pub fn machine_template(accel: Accel) -> Vec<String> {
     machine_argv(kernel, initrd, accel, memory, append, console)
 }
 
+/// The slots the roles' [`device_templates`] leave to fill: sockets and
+/// addresses only the harness knows when it starts a guest.
+pub const DEVICE_SLOTS: [&str; 8] = [
+    "{agent_sock}",
+    "{usb_path}",
+    "{usb_host}",
+    "{usb_port}",
+    "{wire_local}",
+    "{wire_remote}",
+    "{model_sock}",
+    "{redir_sock}",
+];
+
+/// The devices the farm's roles add to the machine, by name, each with its
+/// [`DEVICE_SLOTS`] left to fill; the harness starts the ones its role
+/// needs and spells none itself. The farm guest: `agent` (the virtio-serial
+/// port its agent answers on), `xhci` (the USB host controller the adapter
+/// hangs off), `usb_redir_unix` / `usb_redir_tcp` (the adapter over
+/// usbredir, from the emulator's socket or a usbredirect on a runner),
+/// `usb_net_pair` (QEMU's usb-net with a partner NIC on a hub, the
+/// benchmarks' reference) and `partner_nic` (a partner NIC on the
+/// emulator's datagram wire). The exporter guest: `exporter` (the model's
+/// stream in, the gadget's usbredir out). The boot check's are in
+/// `guest/boot.rs`.
+pub fn device_templates(version: QemuVersion) -> BTreeMap<String, Vec<String>> {
+    let rc = version.chardev_reconnect();
+    let groups: [(&str, Vec<String>); 7] = [
+        (
+            "agent",
+            vec![
+                "-device".into(),
+                "virtio-serial-pci".into(),
+                "-chardev".into(),
+                "socket,id=agent,path={agent_sock},server=on,wait=off".into(),
+                "-device".into(),
+                "virtserialport,chardev=agent,name=org.phyfarm.agent".into(),
+            ],
+        ),
+        ("xhci", vec!["-device".into(), "qemu-xhci,id=xhci".into()]),
+        (
+            "usb_redir_unix",
+            vec![
+                "-chardev".into(),
+                format!("socket,id=ur0,path={{usb_path}},{rc}"),
+                "-device".into(),
+                "usb-redir,chardev=ur0,bus=xhci.0".into(),
+            ],
+        ),
+        (
+            "usb_redir_tcp",
+            vec![
+                "-chardev".into(),
+                format!("socket,id=ur0,host={{usb_host}},port={{usb_port}},{rc}"),
+                "-device".into(),
+                "usb-redir,chardev=ur0,bus=xhci.0".into(),
+            ],
+        ),
+        (
+            "usb_net_pair",
+            vec![
+                "-netdev".into(),
+                "hubport,id=u0,hubid=0".into(),
+                "-device".into(),
+                "usb-net,netdev=u0,bus=xhci.0".into(),
+                "-netdev".into(),
+                "hubport,id=n0,hubid=0".into(),
+                "-device".into(),
+                "virtio-net-pci,netdev=n0".into(),
+            ],
+        ),
+        (
+            "partner_nic",
+            vec![
+                "-netdev".into(),
+                "dgram,id=n0,local.type=unix,local.path={wire_local},\
+                 remote.type=unix,remote.path={wire_remote}"
+                    .into(),
+                "-device".into(),
+                "virtio-net-pci,netdev=n0".into(),
+            ],
+        ),
+        (
+            "exporter",
+            vec![
+                "-device".into(),
+                "virtio-serial-pci".into(),
+                "-chardev".into(),
+                format!("socket,id=model,path={{model_sock}},{rc}"),
+                "-device".into(),
+                "virtserialport,chardev=model,name=org.phyfarm.model".into(),
+                "-chardev".into(),
+                "socket,id=redir,path={redir_sock},server=on,wait=off".into(),
+                "-device".into(),
+                "virtserialport,chardev=redir,name=org.phyfarm.usbredir".into(),
+            ],
+        ),
+    ];
+    groups
+        .into_iter()
+        .map(|(name, argv)| (name.to_string(), argv))
+        .collect()
+}
+
 /// Where QEMU's packages put its firmware files.
 const FIRMWARE_DIRS: [&str; 2] = ["/usr/share/qemu", "/usr/local/share/qemu"];
 
@@ -204,6 +308,8 @@ pub fn machine_description(accel: Accel) -> Machine {
         qemu_user: user,
         qemu_version: [version.0, version.1],
         chardev_reconnect: version.chardev_reconnect().to_string(),
+        devices: device_templates(version),
+        device_slots: DEVICE_SLOTS.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -227,6 +333,14 @@ pub struct Machine {
     pub qemu_version: [u32; 2],
     /// This QEMU's spelling of a reconnecting chardev client.
     pub chardev_reconnect: String,
+    /// The devices each role adds, by name ([`device_templates`]). A plan
+    /// written before they were part of it has none: the harness then
+    /// asks today's `phyfarm guest machine` for them.
+    #[serde(default)]
+    pub devices: BTreeMap<String, Vec<String>>,
+    /// The slots `devices` leave to fill ([`DEVICE_SLOTS`]).
+    #[serde(default)]
+    pub device_slots: Vec<String>,
 }
 
 /// The machine every phyfarm guest is, for `phyfarm boot` and (through

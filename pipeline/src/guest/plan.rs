@@ -398,11 +398,15 @@ mod tests {
             exporter_kernel: None,
         };
         let doc = serde_json::to_value(&plan).unwrap();
-        // Every field is required but the hashes (absent from plans written
-        // before they were recorded).
+        // Every field is required but the hashes and the devices (absent
+        // from plans written before they were recorded).
         for (obj, def, optional) in [
             (&doc, &schema, &["sha256"][..]),
-            (&doc["machine"], &schema["$defs"]["machine"], &[][..]),
+            (
+                &doc["machine"],
+                &schema["$defs"]["machine"],
+                &["devices", "device_slots"][..],
+            ),
         ] {
             let (mut props, mut required) = schema_fields(def);
             props.sort();

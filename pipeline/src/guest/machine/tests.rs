@@ -33,3 +33,40 @@ fn the_machine_boots_qboot_when_qemu_ships_it() {
         }
     }
 }
+
+#[test]
+fn each_role_device_leaves_only_declared_slots_and_every_slot_is_used() {
+    let d = device_templates(QemuVersion(10, 0));
+    // The {name} slots of one value.
+    let slots = |v: &str| -> Vec<String> {
+        v.split('{')
+            .skip(1)
+            .filter_map(|t| t.split_once('}').map(|(s, _)| format!("{{{s}}}")))
+            .collect()
+    };
+    let mut used = std::collections::BTreeSet::new();
+    for (name, argv) in &d {
+        // Options and their values alternate: -device X, -chardev Y, ...
+        assert!(argv.len() % 2 == 0, "{name}: {argv:?}");
+        for pair in argv.chunks(2) {
+            assert!(
+                ["-device", "-chardev", "-netdev"].contains(&pair[0].as_str()),
+                "{name}: {pair:?}"
+            );
+            for s in slots(&pair[1]) {
+                assert!(DEVICE_SLOTS.contains(&s.as_str()), "{name}: {s}");
+                used.insert(s);
+            }
+        }
+    }
+    assert_eq!(used.len(), DEVICE_SLOTS.len(), "unused slots: {used:?}");
+    // The reconnecting chardevs are spelled for the QEMU at hand.
+    assert!(d["usb_redir_unix"][1].ends_with(",reconnect-ms=1000"));
+    let old = device_templates(QemuVersion(7, 2));
+    assert!(
+        old["exporter"][3].ends_with(",reconnect=1"),
+        "{:?}",
+        old["exporter"]
+    );
+    assert_eq!(machine_description(Accel::Tcg).devices.len(), 7);
+}
