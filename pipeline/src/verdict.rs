@@ -425,7 +425,7 @@ fn render_lines(rep: &Report) -> String {
             ));
         }
     }
-    // Throughput, and whatever moved out of its noise band; the rest is in
+    // Throughput, and whatever was called moved; the rest is in
     // `phyfarm verdict --json` and on the revision page.
     let shown = |m: &&compare::MeasurementDelta| {
         m.unit.ends_with("bit/s")

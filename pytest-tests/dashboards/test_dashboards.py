@@ -112,7 +112,7 @@ def test_charts_have_axes_and_units(page, server):
     assert charts.count() >= 4
     labels = page.locator("svg.chart .axis-label").all_text_contents()
     assert "Mbit/s" in labels and "ms" in labels and "revision" in labels, labels
-    assert page.locator("svg.chart rect.band").count() >= 3, "noise bands drawn"
+    assert page.locator("svg.chart rect.band").count() >= 3, "the base samples drawn"
     assert page.locator("svg.chart circle.pt-regression").count() >= 1, "v1 regressed"
 
 

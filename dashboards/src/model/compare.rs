@@ -37,7 +37,7 @@ pub struct MeasurementPair {
     pub b: Option<f64>,
     /// (b − a) / a, in percent.
     pub delta_pct: Option<f64>,
-    /// The base's noise band (from B's comparison, else A's).
+    /// The base's samples, median and span (from B's comparison, else A's).
     pub band: Option<Band>,
 }
 

@@ -1,6 +1,6 @@
 //! The revision page: per-patch apply and build in each variant, the Rust
 //! gates, the farm matrix, each against the base and the previous revision;
-//! measurements with their noise band; the warnings diff; the runs.
+//! measurements with the base's samples (median, span); the warnings diff; the runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,7 +66,7 @@ pub struct MeasurementRow {
     pub unit: String,
     pub value: f64,
     pub samples: usize,
-    /// The base's noise band.
+    /// The base's samples: median and span.
     pub band: Option<Band>,
     pub delta_pct: Option<f64>,
     pub movement: Movement,
@@ -354,7 +354,7 @@ fn check_sections(rec: &RevisionRecord, cells: &Cells, variants: &[String]) -> C
     CheckSections { gates, farm, other }
 }
 
-/// The measurements with their noise band and the previous revision's
+/// The measurements with the base's median and span and the previous revision's
 /// value: throughput first, then link-flap timings, then the rest; rust
 /// before c.
 fn measurement_rows(rep: &Report, prev_runs: &[Run]) -> Vec<MeasurementRow> {

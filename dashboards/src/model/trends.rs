@@ -1,5 +1,5 @@
 //! Measurements across the revisions of each series: throughput and
-//! link-flap timings, each point with the base's noise band.
+//! link-flap timings, each point with the base's median and span and its call.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +18,8 @@ pub struct Point {
     pub samples: usize,
     pub band: Option<Band>,
     pub movement: Movement,
+    /// The call as it was decided (`MeasurementDelta::call_text`).
+    pub call: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -85,6 +87,7 @@ pub fn trends(store: &dyn Store, now: Timestamp) -> Result<Trends, PageError> {
                 samples: m.samples,
                 band: m.base,
                 movement: m.movement,
+                call: m.call_text(),
             });
         }
     }

@@ -1,5 +1,5 @@
 //! Line charts drawn on the server as SVG: values across revisions, each
-//! with the base's noise band as a shaded bar, axes with units.
+//! with the base's samples (their span shaded, their median a line), axes with units.
 
 use maud::{html, Markup};
 use phyfarm::verdict::Movement;
@@ -94,10 +94,10 @@ pub fn line_chart(c: &Chart) -> Markup {
                 @if let Some(b) = p.band {
                     rect.band x=(format!("{:.1}", x(i) - band_w / 2.0)) y=(format!("{:.1}", y(b.high)))
                         width=(format!("{band_w:.1}")) height=(format!("{:.1}", (y(b.low) - y(b.high)).max(1.0))) {
-                        title { "base noise band " (sig(b.low / factor)) "–" (sig(b.high / factor)) " " (unit) " (" (b.samples) " samples)" }
+                        title { "base samples " (sig(b.low / factor)) "–" (sig(b.high / factor)) " " (unit) ", median " (sig(b.median / factor)) " (" (b.samples) " samples)" }
                     }
-                    line.mean x1=(format!("{:.1}", x(i) - band_w / 2.0)) x2=(format!("{:.1}", x(i) + band_w / 2.0))
-                        y1=(format!("{:.1}", y(b.mean))) y2=(format!("{:.1}", y(b.mean))) {}
+                    line.median x1=(format!("{:.1}", x(i) - band_w / 2.0)) x2=(format!("{:.1}", x(i) + band_w / 2.0))
+                        y1=(format!("{:.1}", y(b.median))) y2=(format!("{:.1}", y(b.median))) {}
                 }
                 text.tick x=(format!("{:.1}", x(i))) y=(TOP + plot_h + 18.0) text-anchor="middle" { "v" (p.version) }
             }
@@ -106,7 +106,7 @@ pub fn line_chart(c: &Chart) -> Markup {
             }
             @for (i, p) in pts.iter().enumerate() {
                 circle class=(movement_class(p.movement)) cx=(format!("{:.1}", x(i))) cy=(format!("{:.1}", y(p.value))) r="5" {
-                    title { (p.revision) ": " (sig(p.value / factor)) " " (unit) " (" (p.samples) " samples)" }
+                    title { (p.revision) ": median " (sig(p.value / factor)) " " (unit) " (" (p.samples) " samples): " (p.call) }
                 }
                 text.value x=(format!("{:.1}", x(i) + 9.0)) y=(format!("{:.1}", y(p.value) - 8.0)) { (sig(p.value / factor)) }
             }

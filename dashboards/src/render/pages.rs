@@ -301,7 +301,7 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
         h2 { "Measurements" }
         @if p.measurements.is_empty() { p.muted { "No measurements." } } @else {
             table.measurements {
-                thead { tr { th { "Measurement" } th.num { "This revision" } th.num { "Base noise band" } th.num { "Δ vs base median" } th { "Call" } th.num { "Previous revision" } } }
+                thead { tr { th { "Measurement" } th.num { "This revision (median)" } th.num { "Base samples" } th.num { "Δ vs base median" } th { "Call" } th.num { "Previous revision" } } }
                 tbody {
                     @for m in &p.measurements {
                         tr {
@@ -316,7 +316,7 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
                             td.num {
                                 @if let Some(b) = m.band {
                                     (human(b.low, &m.unit)) " – " (human(b.high, &m.unit)) br;
-                                    span.small.muted { "μ " (human(b.mean, &m.unit)) ", σ " (human(b.stddev, &m.unit)) ", " (b.samples) " samples" }
+                                    span.small.muted { "median " (human(b.median, &m.unit)) ", " (b.samples) " samples" }
                                 } @else { "–" }
                             }
                             td.num { (pct(m.delta_pct)) }
@@ -326,7 +326,7 @@ pub fn revision(site: &Site, p: &RevisionPage) -> Markup {
                     }
                 }
             }
-            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples (at least 5 a side) gives p < 0.01 and the median is at least 2.5 % worse than the base's (half the 5 % loss the farm must catch); a throughput regression fails its check, and too few samples keep the revision testing. Each call says its effect, p, samples and the power its noise leaves for a 5 % loss. The band (μ ± 3σ of the base samples) is shown for reading only." }
+            p.small.muted { "A regression is called when a one-sided Mann–Whitney test on the samples (at least 5 a side) gives p < 0.01 and the median is at least 2.5 % worse than the base's (half the 5 % loss the farm must catch); a throughput regression fails its check, and too few samples keep the revision testing. Each call says its effect, p, samples and the power its noise leaves for a 5 % loss; the values shown are the medians it compares, beside the base's lowest and highest sample." }
         }
 
         h2 { "New warnings" }

@@ -186,8 +186,8 @@ pub fn farm(site: &Site, p: &FarmPage) -> Markup {
 pub fn trends(site: &Site, p: &Trends) -> Markup {
     let body = html! {
         h1 { "Trends" }
-        p.muted { "Each point is a revision's mean over its runs; the grey bar is the base's noise band (μ ± 3σ), its line the base mean. "
-            "Red points are regressions called by the Mann–Whitney test (p < 0.01, at least 2.5 % worse), green improvements, blue within noise; the band decides nothing." }
+        p.muted { "Each point is a revision's median over its runs' samples; the grey bar spans the base's samples, its line the base's median: what the call compares. "
+            "Red points are regressions called by the Mann–Whitney test (p < 0.01, median at least 2.5 % worse), green improvements, blue within noise; each point's title says its call." }
         @if p.groups.is_empty() { p { "No measurements stored yet: they come from the farm's throughput and link-flap checks." } }
         @for g in &p.groups {
             h2 { a href=(site.page(&paths::series(&g.series))) { (g.series) } }
@@ -279,7 +279,7 @@ pub fn compare(site: &Site, p: &ComparePage, revisions: &[String]) -> Markup {
         h2 { "Measurements" }
         @if p.measurements.is_empty() { p.muted { "Neither revision has measurements." } } @else {
             table.side {
-                thead { tr { th { "Measurement" } th.num { "A" } th.num { "B" } th.num { "Δ B vs A" } th.num { "Base noise band" } } }
+                thead { tr { th { "Measurement" } th.num { "A" } th.num { "B" } th.num { "Δ B vs A" } th.num { "Base samples" } } }
                 tbody { @for m in &p.measurements { tr {
                     td { code { (m.name) } " " (variant(m.variant.as_deref())) }
                     td.num { @if let Some(v) = m.a { (human(v, &m.unit)) } @else { "–" } }

@@ -197,7 +197,9 @@ pub fn export(b: &Bundle) -> String {
         }
     }
     if !rep.measurements.is_empty() {
-        s.push_str("| measurement | value | base noise band | Δ | call |\n|---|---|---|---|---|\n");
+        s.push_str(
+            "| measurement | median | base samples (lowest … highest) | Δ median | call |\n|---|---|---|---|---|\n",
+        );
         for m in &rep.measurements {
             let band = m.base.map_or("—".to_string(), |b| {
                 format!("{:.4e} … {:.4e} (n={})", b.low, b.high, b.samples)

@@ -502,5 +502,5 @@ pub fn new_warnings(run: &Run, base: Option<&Run>) -> Vec<Finding> {
 
 pub use super::measure::{
     band, measurements, p_text, regressions, Band, MeasurementDelta, Movement, JUDGED, MIN_SAMPLES,
-    NOISE_K, REGRESSION_MIN_EFFECT, TARGET_LOSS,
+    REGRESSION_MIN_EFFECT, TARGET_LOSS,
 };

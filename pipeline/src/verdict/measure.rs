@@ -4,9 +4,9 @@
 //! the pooled samples at p < 0.01 and a minimum effect of
 //! [`REGRESSION_MIN_EFFECT`], half the [`TARGET_LOSS`] of 5 % that must be
 //! caught). A judged throughput ([`JUDGED`]) with fewer than [`MIN_SAMPLES`]
-//! samples on either side is MISS, never a pass. The base's band,
-//! `[min(μ − 3s, min), max(μ + 3s, max)]` of its pooled samples, is shown
-//! beside the value for the reader; it decides nothing.
+//! samples on either side is MISS, never a pass. What is shown is what is
+//! decided on: a revision's median against the base's median, and the span
+//! of the base's pooled samples (its [`Band`]: median, lowest, highest).
 
 use std::collections::BTreeMap;
 
@@ -15,36 +15,27 @@ use serde::Serialize;
 use super::compare::{CheckKey, Finding, FindingKind};
 use crate::results::{Measurement, Run, Status};
 
-/// How many standard deviations the displayed base band spans either side
-/// of the mean.
-pub const NOISE_K: f64 = 3.0;
-
-/// The noise band of a set of base samples.
+/// The base's samples as the call sees them: their median (what a
+/// revision's median is compared with) and their span.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Band {
-    pub mean: f64,
-    pub stddev: f64,
+    pub median: f64,
+    /// The lowest and the highest base sample.
     pub low: f64,
     pub high: f64,
     pub samples: usize,
 }
 
-/// `[min(μ − kσ, min), max(μ + kσ, max)]`; None below two samples.
+/// The base's median and span; None below two samples.
 pub fn band(samples: &[f64]) -> Option<Band> {
     let n = samples.len();
     if n < 2 {
         return None;
     }
-    let mean = samples.iter().sum::<f64>() / n as f64;
-    let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let stddev = var.sqrt();
-    let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     Some(Band {
-        mean,
-        stddev,
-        low: (mean - NOISE_K * stddev).min(min),
-        high: (mean + NOISE_K * stddev).max(max),
+        median: crate::verdict::stats::median(samples),
+        low: samples.iter().copied().fold(f64::INFINITY, f64::min),
+        high: samples.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         samples: n,
     })
 }
@@ -52,9 +43,10 @@ pub fn band(samples: &[f64]) -> Option<Band> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Movement {
-    /// Outside the band on the worse side.
+    /// Called worse: Mann–Whitney at p < ALPHA and the median at least
+    /// [`REGRESSION_MIN_EFFECT`] worse.
     Regression,
-    /// Outside the band on the better side.
+    /// Called better, by the same rule the other way.
     Improvement,
     WithinNoise,
     /// Fewer than [`MIN_SAMPLES`] samples on a side: no call.
@@ -68,7 +60,7 @@ pub struct MeasurementDelta {
     pub name: String,
     pub variant: Option<String>,
     pub unit: String,
-    /// Mean of the revision's samples.
+    /// Median of the revision's samples (what the call compares).
     pub value: f64,
     pub samples: usize,
     /// The revision's samples themselves (pooled over its runs).
@@ -187,8 +179,8 @@ pub const JUDGED: &[&str] = &[
     "farm.throughput.udp",
 ];
 
-/// Every measurement of `this` against `base`: the band for display, and
-/// the movement from a one-sided Mann–Whitney test on the samples with a
+/// Every measurement of `this` against `base`: the base's median and span,
+/// and the movement from a one-sided Mann–Whitney test on the samples with a
 /// minimum effect of [`REGRESSION_MIN_EFFECT`] (see [`crate::verdict::stats`]),
 /// given [`MIN_SAMPLES`] a side.
 pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
@@ -196,7 +188,7 @@ pub fn measurements(this: &[&Run], base: &[&Run]) -> Vec<MeasurementDelta> {
     pool(this)
         .into_iter()
         .map(|((name, variant), (samples, unit, lower_is_better))| {
-            let value = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
+            let value = crate::verdict::stats::median(&samples);
             let b = base.get(&(name.clone(), variant.clone()));
             let band = b.and_then(|b| band(&b.0));
             let mut p = None;
