@@ -318,8 +318,13 @@ def machine(accel: str) -> dict:
     left to fill (confinement included), and what phyfarm decided with it:
     "qemu_user" (or null), "qemu_version", "chardev_reconnect". The plugin
     has it from `phyfarm guest plan`; otherwise it is asked for once."""
-    if accel in _MACHINES:
-        return _MACHINES[accel]
+    if accel not in _MACHINES:
+        use_machine(accel, _ask_machine(accel))
+    return _MACHINES[accel]
+
+
+def _ask_machine(accel: str) -> dict:
+    """`phyfarm guest machine --accel ACCEL --json`, as this phyfarm says it."""
     binary = phyfarm_binary()
     argv = [str(binary), "guest", "machine", "--accel", accel, "--json"]
     try:
@@ -330,8 +335,7 @@ def machine(accel: str) -> dict:
         ) from e
     if out.returncode != 0:
         raise SetupError(f"`{' '.join(argv)}` failed: {out.stderr.strip()[-500:]}")
-    use_machine(accel, json.loads(out.stdout))
-    return _MACHINES[accel]
+    return json.loads(out.stdout)
 
 
 def _any_machine() -> dict:
@@ -379,9 +383,8 @@ def machine_argv(
     return [_SLOT.sub(lambda m: values[m.group(1)], a) for a in machine_template(accel)]
 
 
-_DEVICE_SLOT = re.compile(
-    r"\{(agent_sock|usb_path|usb_host|usb_port|wire_local|wire_remote|model_sock|redir_sock)\}"
-)
+#: A slot of a device template (the machine's "device_slots" name them).
+_DEVICE_SLOT = re.compile(r"\{([a-z_]+)\}")
 
 
 def devices(accel: str, name: str, **values: object) -> list[str]:
@@ -391,7 +394,7 @@ def devices(accel: str, name: str, **values: object) -> list[str]:
     written before it carried devices gets today's `phyfarm guest machine`'s."""
     m = machine(accel)
     if not m.get("devices"):
-        m["devices"] = _current_devices(accel)
+        m["devices"] = _ask_machine(accel)["devices"]
     templates = m["devices"]
     if name not in templates:
         raise SetupError(f"phyfarm's guest machine has no devices named {name!r}")
@@ -403,15 +406,6 @@ def devices(accel: str, name: str, **values: object) -> list[str]:
         return filled[m.group(1)]
 
     return [_DEVICE_SLOT.sub(fill, a) for a in templates[name]]
-
-
-def _current_devices(accel: str) -> dict:
-    kept = _MACHINES.pop(accel, None)
-    try:
-        return machine(accel)["devices"]
-    finally:
-        if kept is not None:
-            _MACHINES[accel] = kept
 
 
 def qemu_argv(cfg: GuestConfig, console: Path, agent_sock: Path) -> list[str]:

@@ -164,80 +164,87 @@ pub const DEVICE_SLOTS: [&str; 8] = [
 /// `guest/boot.rs`.
 pub fn device_templates(version: QemuVersion) -> BTreeMap<String, Vec<String>> {
     let rc = version.chardev_reconnect();
-    let groups: [(&str, Vec<String>); 7] = [
+    let usb_unix = format!("socket,id=ur0,path={{usb_path}},{rc}");
+    let usb_tcp = format!("socket,id=ur0,host={{usb_host}},port={{usb_port}},{rc}");
+    let model = format!("socket,id=model,path={{model_sock}},{rc}");
+    let groups: [(&str, &[&str]); 7] = [
         (
             "agent",
-            vec![
-                "-device".into(),
-                "virtio-serial-pci".into(),
-                "-chardev".into(),
-                "socket,id=agent,path={agent_sock},server=on,wait=off".into(),
-                "-device".into(),
-                "virtserialport,chardev=agent,name=org.phyfarm.agent".into(),
+            &[
+                "-device",
+                "virtio-serial-pci",
+                "-chardev",
+                "socket,id=agent,path={agent_sock},server=on,wait=off",
+                "-device",
+                "virtserialport,chardev=agent,name=org.phyfarm.agent",
             ],
         ),
-        ("xhci", vec!["-device".into(), "qemu-xhci,id=xhci".into()]),
+        ("xhci", &["-device", "qemu-xhci,id=xhci"]),
         (
             "usb_redir_unix",
-            vec![
-                "-chardev".into(),
-                format!("socket,id=ur0,path={{usb_path}},{rc}"),
-                "-device".into(),
-                "usb-redir,chardev=ur0,bus=xhci.0".into(),
+            &[
+                "-chardev",
+                &usb_unix,
+                "-device",
+                "usb-redir,chardev=ur0,bus=xhci.0",
             ],
         ),
         (
             "usb_redir_tcp",
-            vec![
-                "-chardev".into(),
-                format!("socket,id=ur0,host={{usb_host}},port={{usb_port}},{rc}"),
-                "-device".into(),
-                "usb-redir,chardev=ur0,bus=xhci.0".into(),
+            &[
+                "-chardev",
+                &usb_tcp,
+                "-device",
+                "usb-redir,chardev=ur0,bus=xhci.0",
             ],
         ),
         (
             "usb_net_pair",
-            vec![
-                "-netdev".into(),
-                "hubport,id=u0,hubid=0".into(),
-                "-device".into(),
-                "usb-net,netdev=u0,bus=xhci.0".into(),
-                "-netdev".into(),
-                "hubport,id=n0,hubid=0".into(),
-                "-device".into(),
-                "virtio-net-pci,netdev=n0".into(),
+            &[
+                "-netdev",
+                "hubport,id=u0,hubid=0",
+                "-device",
+                "usb-net,netdev=u0,bus=xhci.0",
+                "-netdev",
+                "hubport,id=n0,hubid=0",
+                "-device",
+                "virtio-net-pci,netdev=n0",
             ],
         ),
         (
             "partner_nic",
-            vec![
-                "-netdev".into(),
+            &[
+                "-netdev",
                 "dgram,id=n0,local.type=unix,local.path={wire_local},\
-                 remote.type=unix,remote.path={wire_remote}"
-                    .into(),
-                "-device".into(),
-                "virtio-net-pci,netdev=n0".into(),
+                 remote.type=unix,remote.path={wire_remote}",
+                "-device",
+                "virtio-net-pci,netdev=n0",
             ],
         ),
         (
             "exporter",
-            vec![
-                "-device".into(),
-                "virtio-serial-pci".into(),
-                "-chardev".into(),
-                format!("socket,id=model,path={{model_sock}},{rc}"),
-                "-device".into(),
-                "virtserialport,chardev=model,name=org.phyfarm.model".into(),
-                "-chardev".into(),
-                "socket,id=redir,path={redir_sock},server=on,wait=off".into(),
-                "-device".into(),
-                "virtserialport,chardev=redir,name=org.phyfarm.usbredir".into(),
+            &[
+                "-device",
+                "virtio-serial-pci",
+                "-chardev",
+                &model,
+                "-device",
+                "virtserialport,chardev=model,name=org.phyfarm.model",
+                "-chardev",
+                "socket,id=redir,path={redir_sock},server=on,wait=off",
+                "-device",
+                "virtserialport,chardev=redir,name=org.phyfarm.usbredir",
             ],
         ),
     ];
     groups
         .into_iter()
-        .map(|(name, argv)| (name.to_string(), argv))
+        .map(|(name, argv)| {
+            (
+                name.to_string(),
+                argv.iter().map(|a| a.to_string()).collect(),
+            )
+        })
         .collect()
 }
 
