@@ -191,10 +191,33 @@ mod tests {
         doff[14 + 20 + 12] = 4 << 4; // a header shorter than TCP's 20 bytes
         let mut frag = good.clone();
         frag[14 + 6] = 0x20;
-        for f in [arp, udp, long, doff, frag, good[..40].to_vec(), vec![]] {
+        let mut v6 = good.clone();
+        v6[14] = 0x65;
+        // An IP header of 16 bytes, whose "TCP header" at byte 16 would
+        // parse (a data offset of 5 where the acknowledgement number is).
+        let mut short_ihl = good.clone();
+        short_ihl[14] = 0x44;
+        short_ihl[14 + 20 + 8] = 5 << 4;
+        // A total length shorter than the IP header itself.
+        let mut total_short = good.clone();
+        total_short[14 + 2..14 + 4].copy_from_slice(&10u16.to_be_bytes());
+        let bad = [arp, udp, long, doff, frag, v6, short_ihl, total_short];
+        for f in bad.into_iter().chain([good[..40].to_vec(), vec![]]) {
             assert_eq!(n.frame(&f), 0, "{f:02x?}");
         }
         assert_eq!(n.frame(&good), 100);
+    }
+
+    #[test]
+    fn a_segment_after_ip_options_counts() {
+        // The same segment with a 24-byte IP header (one 4-byte option).
+        let plain = tcp(6, 1, 100, ACK);
+        let mut f = plain[..14 + 20].to_vec();
+        f[14] = 0x46;
+        f[14 + 2..14 + 4].copy_from_slice(&(24u16 + 20 + 100).to_be_bytes());
+        f.extend_from_slice(&[1, 1, 1, 0]);
+        f.extend_from_slice(&plain[14 + 20..]);
+        assert_eq!(NewPayload::default().frame(&f), 100);
     }
 
     #[test]

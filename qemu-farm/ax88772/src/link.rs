@@ -519,6 +519,63 @@ mod tests {
     }
 
     #[test]
+    fn autonegotiation_ends_within_its_delay_and_jitter() {
+        let now = Instant::now();
+        let an = controls(BMCR_ANENABLE, ADV_CSMA | ADV_10);
+        let (delay, jitter) = (Duration::from_millis(1500), Duration::from_millis(1500));
+        let mut took = Vec::new();
+        for seed in 0..16 {
+            let mut l = Link::new(now, an);
+            l.autoneg_delay = delay;
+            l.set_autoneg_jitter(jitter, seed);
+            l.restart(an.adv);
+            took.push(l.an_done_at - now);
+        }
+        assert!(
+            took.iter().all(|t| *t >= delay && *t <= delay + jitter),
+            "{took:?}"
+        );
+        assert!(took.iter().any(|t| *t > delay), "no jitter drawn: {took:?}");
+        // The whole range is drawn, its top included: a jitter of 1 µs
+        // gives 0 or 1 µs.
+        let mut l = Link::new(now, an);
+        l.autoneg_delay = delay;
+        l.set_autoneg_jitter(Duration::from_micros(1), 7);
+        let mut extra = std::collections::BTreeSet::new();
+        for _ in 0..32 {
+            l.restart(an.adv);
+            extra.insert((l.an_done_at - now - delay).as_micros());
+        }
+        assert_eq!(extra.into_iter().collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn a_partner_changed_while_the_phy_was_powered_down_is_read_afresh() {
+        // A power-down is the driver's doing, not a loss on the line: the
+        // stale-LPA erratum does not freeze the partner's page for it.
+        let now = Instant::now();
+        let an = controls(BMCR_ANENABLE, ADV_CSMA | ADV_10 | ADV_100HALF | 0x0100);
+        let mut l = Link::new(now, an);
+        l.partner = partner(true, &[LinkMode::Full100]);
+        l.update(an);
+        l.update(an);
+        assert_eq!(l.lpa_value(), l.partner.lpa());
+        let pdown = controls(an.bmcr | bmcr::PDOWN, an.adv);
+        l.update(pdown);
+        assert_ne!(l.state(), PhyState::LinkUp);
+        l.partner = partner(true, &[LinkMode::Full10]);
+        l.update(pdown);
+        l.restart(an.adv);
+        l.update(an);
+        assert_eq!(l.state(), PhyState::LinkUp);
+        assert_eq!(
+            l.lpa_value(),
+            l.partner.lpa(),
+            "the old partner's page is shown"
+        );
+    }
+
+    #[test]
     fn a_partner_advertising_asymmetric_pause_says_so_in_lpa() {
         let p = Partner {
             autoneg: true,

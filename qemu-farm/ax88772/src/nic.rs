@@ -648,6 +648,32 @@ mod tests {
     }
 
     #[test]
+    fn a_delay_line_lets_frames_go_when_due_and_frees_their_room() {
+        let t = Instant::now();
+        let later = t + Duration::from_millis(5);
+        let mut d = DelayLine::default();
+        let f: Vec<u8> = (0..1500).map(|i| i as u8).collect();
+        let n = DELAY_BYTES / f.len();
+        for _ in 0..n {
+            assert!(d.has_room(f.len()));
+            d.push(later, f.clone());
+        }
+        assert!(!d.has_room(f.len()), "bounded in bytes");
+        assert_eq!(d.pop_due(t), None, "not due yet");
+        for _ in 0..n {
+            assert_eq!(d.pop_due(later).as_deref(), Some(&f[..]));
+        }
+        assert_eq!(d.pop_due(later), None);
+        assert!(d.has_room(DELAY_BYTES), "the bytes let go are free again");
+        for _ in 0..DELAY_FRAMES {
+            d.push(t, Vec::new());
+        }
+        assert!(!d.has_room(0), "bounded in frames");
+        d.pop_due(t);
+        assert!(d.has_room(0));
+    }
+
+    #[test]
     fn events_report_frames_and_drops_without_a_session() {
         let (mut n, _) = nic();
         let mut ev = Seen::default();

@@ -75,8 +75,14 @@ pub(super) fn linux_link_change_notify(p: &mut Phy) {
     p.write(reg::BMCR, 0);
     p.read(reg::BMCR);
     p.write(reg::BMCR, 0x8200);
-    let mut t = p.now();
+    // genphy_soft_reset polls for at most 600 ms.
+    let start = p.now();
+    let mut t = start;
     while p.read(reg::BMCR) & bmcr::RESET != 0 {
+        assert!(
+            t - start < Duration::from_millis(600),
+            "BMCR.RESET set after 600 ms"
+        );
         t += Duration::from_millis(50);
         p.set_time(t);
     }

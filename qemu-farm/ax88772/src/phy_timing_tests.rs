@@ -108,6 +108,32 @@ fn anrestart_drops_the_link_for_the_autonegotiation_time() {
 }
 
 #[test]
+fn autonegotiation_starts_over_when_a_reset_or_a_power_up_ends() {
+    let ms = Duration::from_millis;
+    // A BMCR reset of 100 ms, then 1.5 s of autonegotiation.
+    let (mut p, t) = timed(100, 0);
+    p.set_autoneg_delay(ms(1500));
+    p.write(reg::BMCR, bmcr::RESET);
+    p.set_time(t + ms(100));
+    assert_eq!(p.read(reg::BMCR) & bmcr::RESET, 0, "the reset is over");
+    assert!(!p.link_up(), "negotiating from the reset's end");
+    p.set_time(t + ms(1599));
+    assert!(!p.link_up());
+    p.set_time(t + ms(1600));
+    assert!(p.link_up());
+    // Released from SW_RESET: 100 ms of power-up, then 1.5 s again.
+    let (mut p, t) = timed(0, 100);
+    p.set_autoneg_delay(ms(1500));
+    p.set_held_in_reset(true);
+    p.set_held_in_reset(false);
+    p.set_time(t + ms(100));
+    assert!(p.reachable());
+    assert!(!p.link_up(), "negotiating from the power-up's end");
+    p.set_time(t + ms(1600));
+    assert!(p.link_up());
+}
+
+#[test]
 fn timing_and_autoneg_bounds_name_their_field() {
     let ms = Duration::from_millis;
     let t = |r, u| Timing {

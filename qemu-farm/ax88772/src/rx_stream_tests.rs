@@ -338,6 +338,15 @@ fn closing_the_rx_gate_drops_the_rest_of_a_record() {
         None,
         "nothing left after reopening"
     );
+    // Only the rest of a record, nothing queued behind it.
+    let mut n = nic(RxMode::Stream);
+    transfers(&mut n, &[frame(1000, 1)], &[512]);
+    n.mac.medium = 0;
+    let mut ev = Drops::default();
+    assert_eq!(n.take_rx(2048, &mut ev), None);
+    assert_eq!(ev.0, [(Drop::RxGated, 1)], "the tail alone");
+    n.mac.medium = 0x0336;
+    assert_eq!(n.take_rx(2048, &mut ev), None, "the tail is gone");
 }
 
 // The driver model is strict where the driver is: these are the cuts the

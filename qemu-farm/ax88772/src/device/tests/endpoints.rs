@@ -124,6 +124,50 @@ fn a_halted_bulk_out_endpoint_stalls_and_sends_nothing() {
 }
 
 #[test]
+fn halting_bulk_out_stalls_the_transfers_still_waiting_for_room() {
+    let mut t = T::up(true);
+    let one = framing::tx_transfer(&frame(MAC, 1514));
+    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * 1000).collect();
+    t.send(7, bulk_out(big.clone()));
+    assert!(t.send(8, bulk_out(one.clone())).is_empty(), "8 waits");
+    assert!(t.send(10, bulk_out(one.clone())).is_empty(), "10 waits");
+    t.d.handle(t.t, Packet::new(10, Message::CancelDataPacket));
+    assert_eq!(bulk_reply(&t.d.take_usb()[0]).status, Status::CANCELLED);
+    assert_eq!(t.d.held_out_bytes(), big.len() + one.len());
+    let out = halt(&mut t, 9, EP_BULK_OUT, true);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let r = bulk_reply(&out[0]);
+    assert_eq!(
+        (out[0].id, r.endpoint, r.status),
+        (8, EP_BULK_OUT, Status::STALL)
+    );
+    assert_eq!(t.d.held_out_bytes(), big.len(), "7 was taken in already");
+}
+
+#[test]
+fn halting_a_bulk_endpoint_sends_no_interrupt_report() {
+    let mut t = T::up(false);
+    t.send(
+        5,
+        Message::StartInterruptReceiving {
+            endpoint: EP_INTERRUPT,
+        },
+    );
+    t.d.take_usb();
+    for (id, set) in [(6, true), (7, false)] {
+        let out = halt(&mut t, id, EP_BULK_IN, set);
+        t.d.poll(t.t);
+        let more = t.d.take_usb();
+        assert!(
+            out.iter()
+                .chain(&more)
+                .all(|p| p.msg.name() != "interrupt_packet"),
+            "the link did not change: {out:?} {more:?}"
+        );
+    }
+}
+
+#[test]
 fn a_halted_interrupt_endpoint_stalls_once_and_reports_again_when_cleared() {
     let mut t = T::up(false);
     let out = t.send(
@@ -141,6 +185,7 @@ fn a_halted_interrupt_endpoint_stalls_once_and_reports_again_when_cleared() {
         (i.endpoint, i.status, i.data.len()),
         (EP_INTERRUPT, Status::STALL, 0)
     );
+    let stall_id = out[0].id;
     t.d.phy_mut().set_carrier(false);
     t.d.poll(t.t);
     assert!(t.d.take_usb().is_empty(), "nothing while halted");
@@ -149,6 +194,7 @@ fn a_halted_interrupt_endpoint_stalls_once_and_reports_again_when_cleared() {
         panic!("the link again")
     };
     assert_eq!((i.status, i.data[2]), (Status::SUCCESS, 0), "link down");
+    assert_eq!(out[0].id, stall_id + 1, "interrupt packets are numbered on");
 }
 
 #[test]

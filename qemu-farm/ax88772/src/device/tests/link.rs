@@ -201,21 +201,30 @@ fn a_duplex_mismatch_makes_crossing_frames_collide() {
     let c = t.d.counters().clone();
     assert_eq!((c.duplex_collisions, c.duplex_collision_drops), (1, 0));
     assert_eq!(c.tx_frames, 2, "counted, not lost, by default");
+    // The partner's frame arriving while ours is on the wire collides too.
+    let at = t0 + ms(15);
+    t.d.handle(
+        at,
+        Packet::new(15, bulk_out(framing::tx_transfer(&frame(MAC, 1000)))),
+    );
+    t.d.wire_frame(at, frame(MAC, 1000));
+    t.d.take_usb();
+    assert_eq!(t.d.counters().duplex_collisions, 2);
     // One way at a time: nothing collides.
     t.d.wire_frame(t.t + ms(20), frame(MAC, 1000));
     t.d.handle(
         t.t + ms(30),
         Packet::new(12, bulk_out(framing::tx_transfer(&frame(MAC, 1000)))),
     );
-    assert_eq!(t.d.counters().duplex_collisions, 1);
+    assert_eq!(t.d.counters().duplex_collisions, 2);
     // Losing them: the TX frame that met the partner's is gone.
     t.d.set_duplex_mismatch(crate::nic::DuplexMismatch::Lose);
     cross(&mut t, t0 + ms(40), 13);
     let c = t.d.counters().clone();
-    assert_eq!((c.duplex_collisions, c.duplex_collision_drops), (2, 1));
-    assert_eq!(c.tx_frames, 3);
+    assert_eq!((c.duplex_collisions, c.duplex_collision_drops), (3, 1));
+    assert_eq!(c.tx_frames, 4);
     // MEDIUM 0 (no link programmed) is no mismatch.
     t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0, 0, 0, vec![]));
     cross(&mut t, t0 + ms(50), 14);
-    assert_eq!(t.d.counters().duplex_collisions, 2);
+    assert_eq!(t.d.counters().duplex_collisions, 3);
 }

@@ -16,6 +16,24 @@ fn bulk_out_reaches_the_wire_unpaced() {
 }
 
 #[test]
+fn an_unpaced_transfer_longer_than_the_tx_queue_reaches_the_wire_at_once() {
+    let mut t = T::up(false);
+    let one = framing::tx_transfer(&frame(MAC, 1000));
+    let n = TX_QUEUE_FRAMES + 72;
+    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * n).collect();
+    let out = t.send(5, bulk_out(big));
+    assert_eq!(
+        (out[0].id, bulk_reply(&out[0]).status),
+        (5, Status::SUCCESS)
+    );
+    assert_eq!(
+        t.d.take_wire().len(),
+        n,
+        "the queue refilled until it was all sent"
+    );
+}
+
+#[test]
 fn paced_bulk_out_completes_when_the_frame_left() {
     let mut t = T::up(true);
     let f = frame([0xff; 6], 1514);
@@ -222,6 +240,13 @@ fn a_flood_of_4_mib_bulk_outs_stays_bounded_in_frames_and_bytes() {
             id += 1;
             sent += 1;
         }
+        // Back-pressure: no transfer is taken faster than the wire carries
+        // its frames (one frame time a step), beyond the few held.
+        let carried = step as usize + 1;
+        assert!(
+            sent <= carried / 2760 + 3,
+            "{sent} transfers taken after {carried} frame times"
+        );
         now = t.t + wt * step;
         t.d.poll(now);
         completed +=
