@@ -519,25 +519,12 @@ mod tests {
     }
 
     #[test]
-    fn autonegotiation_ends_within_its_delay_and_jitter() {
+    fn the_autonegotiation_jitter_reaches_the_top_of_its_range() {
+        // The range itself is phy::timing_tests' to check; here its top is
+        // drawn too: a jitter of 1 µs gives 0 or 1 µs.
         let now = Instant::now();
         let an = controls(BMCR_ANENABLE, ADV_CSMA | ADV_10);
-        let (delay, jitter) = (Duration::from_millis(1500), Duration::from_millis(1500));
-        let mut took = Vec::new();
-        for seed in 0..16 {
-            let mut l = Link::new(now, an);
-            l.autoneg_delay = delay;
-            l.set_autoneg_jitter(jitter, seed);
-            l.restart(an.adv);
-            took.push(l.an_done_at - now);
-        }
-        assert!(
-            took.iter().all(|t| *t >= delay && *t <= delay + jitter),
-            "{took:?}"
-        );
-        assert!(took.iter().any(|t| *t > delay), "no jitter drawn: {took:?}");
-        // The whole range is drawn, its top included: a jitter of 1 µs
-        // gives 0 or 1 µs.
+        let delay = Duration::from_millis(1500);
         let mut l = Link::new(now, an);
         l.autoneg_delay = delay;
         l.set_autoneg_jitter(Duration::from_micros(1), 7);

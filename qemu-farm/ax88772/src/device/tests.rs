@@ -73,6 +73,11 @@ fn frame(dst: [u8; 6], len: usize) -> Vec<u8> {
     f
 }
 
+/// `n` copies of a TX transfer's `one` record, back to back: one bulk OUT.
+fn repeated(one: &[u8], n: usize) -> Vec<u8> {
+    one.iter().copied().cycle().take(one.len() * n).collect()
+}
+
 struct T {
     d: Device,
     t: Instant,

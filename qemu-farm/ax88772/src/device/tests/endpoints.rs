@@ -127,7 +127,7 @@ fn a_halted_bulk_out_endpoint_stalls_and_sends_nothing() {
 fn halting_bulk_out_stalls_the_transfers_still_waiting_for_room() {
     let mut t = T::up(true);
     let one = framing::tx_transfer(&frame(MAC, 1514));
-    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * 1000).collect();
+    let big = repeated(&one, 1000);
     t.send(7, bulk_out(big.clone()));
     assert!(t.send(8, bulk_out(one.clone())).is_empty(), "8 waits");
     assert!(t.send(10, bulk_out(one.clone())).is_empty(), "10 waits");

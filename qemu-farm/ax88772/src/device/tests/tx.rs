@@ -20,7 +20,7 @@ fn an_unpaced_transfer_longer_than_the_tx_queue_reaches_the_wire_at_once() {
     let mut t = T::up(false);
     let one = framing::tx_transfer(&frame(MAC, 1000));
     let n = TX_QUEUE_FRAMES + 72;
-    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * n).collect();
+    let big = repeated(&one, n);
     let out = t.send(5, bulk_out(big));
     assert_eq!(
         (out[0].id, bulk_reply(&out[0]).status),
@@ -223,7 +223,7 @@ fn a_flood_of_4_mib_bulk_outs_stays_bounded_in_frames_and_bytes() {
     t.d.set_pace_burst(Duration::ZERO);
     // 2760 frames of 1514 bytes in one transfer: just under 4 MiB.
     let one = framing::tx_transfer(&frame(MAC, 1514));
-    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * 2760).collect();
+    let big = repeated(&one, 2760);
     assert!(big.len() <= 4 << 20);
     let bound = OUT_WAIT_BYTES_HIGH + big.len();
     let wt = framing::wire_time(1514, 100_000_000);
@@ -266,7 +266,7 @@ fn a_flood_of_4_mib_bulk_outs_stays_bounded_in_frames_and_bytes() {
 fn cancelling_the_transfer_being_parsed_frees_it_and_keeps_what_was_queued() {
     let mut t = T::up(true);
     let one = framing::tx_transfer(&frame(MAC, 1514));
-    let big: Vec<u8> = one.iter().copied().cycle().take(one.len() * 1000).collect();
+    let big = repeated(&one, 1000);
     t.send(7, bulk_out(big.clone()));
     assert_eq!(t.d.tx_queued(), TX_QUEUE_FRAMES);
     assert_eq!(t.d.held_out_bytes(), big.len());
