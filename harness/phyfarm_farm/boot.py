@@ -35,7 +35,10 @@ PCAP_SNAPLEN = 128
 #: driver's bulk IN request was too small for (rx_too_big_for_request),
 #: transfers on an endpoint the driver left halted (halted_stalls), and
 #: vendor requests the chip does not have (control_stalls beyond the ones
-#: injected). Read on the host after each check: whatever the guest says,
+#: injected), and frames lost to a full RX FIFO on a link that negotiated
+#: flow control while the MAC's TFC was off, so no PAUSE held the partner
+#: (rx_overflow_tfc_off: the driver did not program the negotiated pause).
+#: Read on the host after each check: whatever the guest says,
 #: a check whose wire saw one of them FAILs, naming it.
 WIRE_FAULTS = (
     "tx_errors",
@@ -44,6 +47,7 @@ WIRE_FAULTS = (
     "rx_too_big_for_request",
     "halted_stalls",
     "control_stalls",
+    "rx_overflow_tfc_off",
 )
 
 

@@ -200,6 +200,7 @@ RX_DROP_COUNTERS = (
     "rx_dropped_no_link",
     "rx_dropped_gated",
     "rx_overflow",
+    "rx_overflow_tfc_off",
     "rx_too_big_for_request",
     "impair_dropped",
     "rx_crc_errors",

@@ -205,6 +205,9 @@ def test_the_wires_fault_counters_fail_a_check_unless_it_provokes_them():
     # rx_overflow is a slow guest, not a broken driver: never named.
     assert wire_faults(bad, set()) == {"duplex_collisions": 12, "tx_errors": 1}
     assert wire_faults(bad, {"duplex_collisions"}) == {"tx_errors": 1}
+    # An overflow PAUSE would have prevented, had the driver set TFC, is named.
+    bad["counters"]["rx_overflow_tfc_off"] = 2
+    assert wire_faults(bad, {"duplex_collisions", "tx_errors"}) == {"rx_overflow_tfc_off": 2}
     # The STALLs the MDIO fault injection asked for are not the driver's.
     stalls = {"counters": {"control_stalls": 4, "mdio_faults_injected": 4}}
     assert wire_faults(stalls, set()) == {}

@@ -4,7 +4,9 @@
 completes. The guest keeps advertising everything; it must resolve the best
 mode both ends share (IEEE 802.3 Annex 28B priority: 100/Full, 100/Half,
 10/Full, 10/Half), show it in sysfs and ethtool, program the MAC's medium
-mode to match and pass traffic. With nothing advertised it must show no
+mode to match, with flow control (TFC and RFC) exactly when the link
+negotiated PAUSE (full duplex: the partner and the guest both advertise it;
+802.3 Annex 28B), and pass traffic. With nothing advertised it must show no
 carrier and no link (operstate, ethtool "Link detected: no", no "Link is
 Up" in the kernel log, no ping), never a made-up one."""
 
@@ -30,6 +32,7 @@ ETHTOOL_MODES = {
     "10half": "10baseT/Half",
 }
 MEDIUM_FD, MEDIUM_PS = 0x0002, 0x0200
+MEDIUM_RFC, MEDIUM_TFC = 0x0010, 0x0020
 SETTLE = 15.0
 #: How long a partner that advertises nothing is watched for a made-up link.
 NO_LINK_WATCH = 4.0
@@ -78,17 +81,23 @@ def resolved(farm, modes: list[str], speed: int, duplex: str, ups: str) -> None:
         raise CheckFailed(
             f"partner advertising {modes}: ethtool's link partner modes {lp!r} lack {missing}"
         )
-    # The MAC follows the PHY (phylink's mac_link_up): the emulator's medium mode.
+    # The MAC follows the PHY (phylink's mac_link_up): the emulator's medium
+    # mode, flow control included. Both ends advertise PAUSE, so a full
+    # duplex link has it and a half duplex one cannot.
+    pause = duplex == "full"
     deadline = time.monotonic() + 5
     while True:
         medium = farm.emu.describe()["mac_registers"]["medium"]
         mac = (100 if medium & MEDIUM_PS else 10, "full" if medium & MEDIUM_FD else "half")
-        if mac == (speed, duplex):
+        flow = (bool(medium & MEDIUM_TFC), bool(medium & MEDIUM_RFC))
+        if mac == (speed, duplex) and flow == (pause, pause):
             break
         if time.monotonic() > deadline:
             raise CheckFailed(
-                f"partner advertising {modes}: link {want}, but the MAC's medium mode is "
-                f"{medium:#06x} ({mac[0]}/{mac[1]})"
+                f"partner advertising {modes}: link {want}"
+                f"{' with PAUSE' if pause else ''}, but the MAC's medium mode is "
+                f"{medium:#06x} ({mac[0]}/{mac[1]}, TX flow control "
+                f"{'on' if flow[0] else 'off'}, RX flow control {'on' if flow[1] else 'off'})"
             )
         time.sleep(0.2)
     if farm.ping_until(5) is None:

@@ -1,7 +1,8 @@
 """speed/duplex: ethtool -s with autoneg off at 10/half, 10/full, 100/half,
 100/full (the partner forced to the same mode), then autoneg again. The
-guest's view, the emulator's BMCR and the MAC's medium mode agree, and
-traffic flows at every setting."""
+guest's view, the emulator's BMCR and the MAC's medium mode agree (flow
+control on only once autonegotiation gave a full-duplex link PAUSE: a
+forced mode negotiates none), and traffic flows at every setting."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from phyfarm_farm.errors import CheckFailed
 
 BMCR_SPEED100, BMCR_ANENABLE, BMCR_FULLDPLX = 0x2000, 0x1000, 0x0100
 MEDIUM_FD, MEDIUM_PS = 0x0002, 0x0200
+MEDIUM_RFC, MEDIUM_TFC = 0x0010, 0x0020
 ALL_MODES = ["100full", "100half", "10full", "10half"]
 
 
@@ -60,6 +62,7 @@ def _check_model_once(farm, speed: int, duplex: str, autoneg: bool) -> None:
         "bmcr_aneg": bool(bmcr & BMCR_ANENABLE),
         "medium_100": bool(medium & MEDIUM_PS),
         "medium_full": bool(medium & MEDIUM_FD),
+        "medium_tx_rx_flow_control": (bool(medium & MEDIUM_TFC), bool(medium & MEDIUM_RFC)),
     }
     full = duplex == "full"
     want = {
@@ -69,6 +72,8 @@ def _check_model_once(farm, speed: int, duplex: str, autoneg: bool) -> None:
         "bmcr_aneg": autoneg,
         "medium_100": speed == 100,
         "medium_full": full,
+        # The partner advertises PAUSE whenever it autonegotiates.
+        "medium_tx_rx_flow_control": (autoneg and full, autoneg and full),
     }
     if got == want:
         return

@@ -375,7 +375,7 @@ mod tests {
             .filter(|c| runs_alone(c))
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(alone, ["slow-throughput", "rx-split-dropped"]);
+        assert_eq!(alone, ["slow-throughput", "rx-split-dropped", "no-tx-pause"]);
     }
 
     #[test]

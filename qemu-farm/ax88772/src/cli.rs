@@ -176,7 +176,9 @@ pub struct Cli {
     /// Capture the wire to this pcap file from the start.
     #[arg(long, value_name = "PATH")]
     pub pcap: Option<PathBuf>,
-    /// Frames held between the wire and the guest (1 to 4096).
+    /// Frames held between the wire and the guest (1 to 4096). A full
+    /// queue holds the partner off with PAUSE under flow control (MEDIUM.TFC
+    /// on a link that negotiated it), else loses its frames.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_RX_QUEUE as u64))]
     pub rx_queue: usize,
     /// How RX records fill bulk IN requests: `stream` packs them as the

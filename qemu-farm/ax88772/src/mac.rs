@@ -47,6 +47,10 @@ pub mod rx_ctl {
 
 pub mod medium {
     pub const FD: u16 = 0x0002;
+    /// Receive flow control: PAUSE frames from the partner hold TX.
+    pub const RFC: u16 = 0x0010;
+    /// Transmit flow control: a full RX FIFO sends PAUSE to the partner.
+    pub const TFC: u16 = 0x0020;
     pub const RE: u16 = 0x0100;
     pub const PS: u16 = 0x0200;
 }

@@ -84,6 +84,10 @@ pub enum Drop {
     RxFiltered,
     /// The RX queue was full.
     RxOverflow,
+    /// The RX queue was full while the link had negotiated flow control
+    /// but MEDIUM.TFC was off: a frame the MAC should have held off with
+    /// PAUSE (a driver that did not program the negotiated pause).
+    RxOverflowTfcOff,
     /// A bulk IN request too short for the next record.
     RxTooBigForRequest,
     /// Lost by the impairment (either direction).
@@ -113,6 +117,10 @@ pub trait NicEvents {
     fn corrupted(&mut self) {}
     /// A frame collided under a duplex mismatch (lost or not).
     fn collision(&mut self) {}
+    /// A MAC control PAUSE frame: `sent` by the MAC (XOFF when the RX
+    /// queue fills, XON when it has room again), or received from the
+    /// partner (`honoured` with MEDIUM.RFC, else dropped).
+    fn pause(&mut self, _sent: bool, _honoured: bool) {}
     /// Odd input worth a log line.
     fn warn(&mut self, _msg: std::fmt::Arguments<'_>) {}
 }
@@ -167,6 +175,10 @@ pub struct Nic {
     rx_delay: DelayLine,
     tx_clock: Instant,
     rx_clock: Instant,
+    /// The MAC's XOFF holds the partner (until its XON).
+    xoff: bool,
+    /// Until then the partner's PAUSE holds our TX (MEDIUM.RFC).
+    tx_paused_until: Instant,
     impair: Impair,
     wire_out: Vec<Vec<u8>>,
     now: Instant,
@@ -203,6 +215,8 @@ impl Nic {
             rx_delay: DelayLine::default(),
             tx_clock: now,
             rx_clock: now,
+            xoff: false,
+            tx_paused_until: now,
             impair: Impair::new(ImpairConfig::default()),
             wire_out: Vec::new(),
             now,
@@ -230,6 +244,8 @@ impl Nic {
         self.rx_tail = RxTail::default();
         self.tx_clock = self.now;
         self.rx_clock = self.now;
+        self.xoff = false;
+        self.tx_paused_until = self.now;
         self.mac.reset();
         self.phy.power_on_reset();
     }
@@ -239,6 +255,7 @@ impl Nic {
         if fx.flush_rx {
             self.rx_queue.clear();
             self.rx_tail = RxTail::default();
+            self.xoff = false;
         }
         if fx.flush_tx {
             self.tx_queue.clear();
@@ -255,9 +272,63 @@ impl Nic {
         self.tx_queue.len()
     }
 
-    /// Room for frames from the wire (callers stop reading when false).
-    pub fn rx_room(&self) -> bool {
-        self.rx_queue.len() < self.rx_queue_frames
+    /// Whether the partner may send now (callers stop reading the wire
+    /// when false). It may unless the MAC's XOFF holds it: a frame that
+    /// finds the RX queue full is lost (RxOverflow), as in the chip's FIFO,
+    /// unless flow control is in force.
+    pub fn partner_may_send(&self) -> bool {
+        !(self.xoff && self.holds_partner())
+    }
+
+    fn rx_full(&self) -> bool {
+        self.rx_queue.len() >= self.rx_queue_frames
+    }
+
+    /// Flow control towards the partner: MEDIUM.TFC on a link that
+    /// negotiated PAUSE (full duplex, both ends advertising it), so the
+    /// partner honours the MAC's PAUSE frames.
+    fn holds_partner(&self) -> bool {
+        self.mac.medium & crate::mac::medium::TFC != 0 && self.phy.pause_negotiated()
+    }
+
+    /// The RX queue is full: hold the partner off with XOFF if flow control
+    /// is in force. The chip refreshes XOFF before its quanta run out while
+    /// the FIFO stays full; only the first goes on the wire here.
+    fn rx_filled(&mut self, ev: &mut dyn NicEvents) {
+        if !self.xoff && self.holds_partner() {
+            self.xoff = true;
+            self.send_pause(PAUSE_QUANTA_MAX, ev);
+        }
+    }
+
+    /// Room again in the RX queue (half of it): XON releases the partner.
+    fn rx_drained(&mut self, ev: &mut dyn NicEvents) {
+        if self.xoff && self.rx_queue.len() <= self.rx_queue_frames / 2 {
+            self.xoff = false;
+            if self.holds_partner() {
+                self.send_pause(0, ev);
+            }
+        }
+    }
+
+    /// A MAC control PAUSE frame leaves at once, ahead of queued data.
+    fn send_pause(&mut self, quanta: u16, ev: &mut dyn NicEvents) {
+        let f = pause_frame(self.mac.node_id, quanta);
+        ev.pause(true, true);
+        ev.on_wire(&f);
+        self.wire_out.push(f);
+    }
+
+    /// A PAUSE frame from the partner: with MEDIUM.RFC our TX holds for its
+    /// quanta (512 bit times each at the line rate; 0 releases at once),
+    /// without it the MAC drops it. Either way it never reaches the guest.
+    fn pause_received(&mut self, quanta: u16, ev: &mut dyn NicEvents) {
+        let honoured = self.mac.medium & crate::mac::medium::RFC != 0;
+        ev.pause(false, honoured);
+        if honoured {
+            let ns = u64::from(quanta) * 512 * 1_000_000_000 / self.wire_rate();
+            self.tx_paused_until = self.now + Duration::from_nanos(ns);
+        }
     }
 
     /// Frames to put on the wire, in order.
@@ -364,11 +435,15 @@ impl Nic {
         }
         let wt = framing::wire_time(frame.len(), self.wire_rate());
         let (start, depart) = if self.paced {
-            let start = self.tx_clock.max(self.pace_floor());
+            let start = self
+                .tx_clock
+                .max(self.pace_floor())
+                .max(self.tx_paused_until);
             self.tx_clock = start + wt;
             (start, self.tx_clock)
         } else {
-            (self.now, self.now)
+            let start = self.now.max(self.tx_paused_until);
+            (start, start)
         };
         self.tx_busy_until = self.tx_busy_until.max(start + wt);
         if self.collides(self.rx_busy_until, start, ev) {
@@ -439,6 +514,9 @@ impl Nic {
         if self.phy.isolated() {
             return ev.dropped(Drop::Isolated, 1);
         }
+        if let Some(quanta) = pause_quanta(&frame) {
+            return self.pause_received(quanta, ev);
+        }
         self.receive(frame, ev);
     }
 
@@ -449,8 +527,15 @@ impl Nic {
         if !self.mac.accepts(&frame) {
             return ev.dropped(Drop::RxFiltered, 1);
         }
-        if !self.rx_room() {
-            return ev.dropped(Drop::RxOverflow, 1);
+        if self.rx_full() {
+            self.rx_filled(ev);
+            let tfc = self.mac.medium & crate::mac::medium::TFC != 0;
+            let why = if self.phy.pause_negotiated() && !tfc {
+                Drop::RxOverflowTfcOff
+            } else {
+                Drop::RxOverflow
+            };
+            return ev.dropped(why, 1);
         }
         let ready = if self.paced {
             let start = self.rx_clock.max(self.pace_floor());
@@ -460,6 +545,9 @@ impl Nic {
             self.now
         };
         self.rx_queue.push_back((ready, frame));
+        if self.rx_full() {
+            self.rx_filled(ev);
+        }
     }
 
     /// A frame leaves the MAC at `t`; with latency it reaches the wire later.
@@ -477,6 +565,9 @@ impl Nic {
 
     /// Frames whose departure time has come leave the MAC.
     pub fn send_due(&mut self, ev: &mut dyn NicEvents) {
+        if self.now < self.tx_paused_until {
+            return;
+        }
         while self.tx_queue.front().is_some_and(|(t, _)| *t <= self.now) {
             if let Some((t, f)) = self.tx_queue.pop_front() {
                 ev.tx_frame(&f);
@@ -511,10 +602,12 @@ impl Nic {
         if !self.rx_ready() {
             return None;
         }
-        match self.rx_mode {
-            RxMode::Whole => Some(self.take_whole(len, ev)),
-            RxMode::Stream => Some(self.take_stream(len, ev)),
-        }
+        let data = match self.rx_mode {
+            RxMode::Whole => self.take_whole(len, ev),
+            RxMode::Stream => self.take_stream(len, ev),
+        };
+        self.rx_drained(ev);
+        Some(data)
     }
 
     /// Whether a bulk IN request would get data now.
@@ -601,7 +694,9 @@ impl Nic {
         [
             tail,
             self.phy.next_event(),
-            self.tx_queue.front().map(|(t, _)| *t),
+            self.tx_queue
+                .front()
+                .map(|(t, _)| (*t).max(self.tx_paused_until)),
             self.tx_delay.next_due(),
             self.rx_delay.next_due(),
             rx.map(|(t, _)| *t),
@@ -610,6 +705,35 @@ impl Nic {
         .flatten()
         .min()
     }
+}
+
+/// The most pause quanta a PAUSE frame asks for (XOFF).
+pub const PAUSE_QUANTA_MAX: u16 = 0xffff;
+/// The MAC control multicast address PAUSE frames go to (802.3 Annex 31B).
+pub const PAUSE_DST: [u8; 6] = [0x01, 0x80, 0xc2, 0x00, 0x00, 0x01];
+const MAC_CONTROL: [u8; 2] = [0x88, 0x08];
+const PAUSE_OPCODE: [u8; 2] = [0x00, 0x01];
+
+/// A PAUSE frame from `src` (60 bytes, padded; the FCS is not modelled).
+pub fn pause_frame(src: [u8; 6], quanta: u16) -> Vec<u8> {
+    let mut f = Vec::with_capacity(60);
+    f.extend_from_slice(&PAUSE_DST);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&MAC_CONTROL);
+    f.extend_from_slice(&PAUSE_OPCODE);
+    f.extend_from_slice(&quanta.to_be_bytes());
+    f.resize(60, 0);
+    f
+}
+
+/// The quanta of a PAUSE frame (to the MAC control address, type 0x8808,
+/// opcode 1); None for any other frame.
+pub fn pause_quanta(f: &[u8]) -> Option<u16> {
+    let is_pause = f.len() >= 18
+        && f[..6] == PAUSE_DST
+        && f[12..14] == MAC_CONTROL
+        && f[14..16] == PAUSE_OPCODE;
+    is_pause.then(|| u16::from_be_bytes([f[16], f[17]]))
 }
 
 #[cfg(test)]

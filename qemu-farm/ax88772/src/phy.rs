@@ -437,6 +437,12 @@ impl Phy {
         self.link.last.state == PhyState::LinkUp
     }
 
+    /// The link is up and negotiated PAUSE (full duplex, both ends
+    /// advertising it): the partner honours the MAC's PAUSE frames.
+    pub fn pause_negotiated(&self) -> bool {
+        self.link_up() && self.link.last.pause
+    }
+
     /// The duplex the link runs at, while it is up.
     pub fn full_duplex(&self) -> Option<bool> {
         match self.link.last.state {

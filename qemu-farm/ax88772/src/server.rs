@@ -320,7 +320,7 @@ impl Server {
             (None, Some(l)) if accepting => Some(add(l.as_raw_fd(), libc::POLLIN)),
             _ => None,
         };
-        let wire_room = self.dev.rx_room() && self.usb_out.len() < USB_OUT_HIGH;
+        let wire_room = self.dev.partner_may_send() && self.usb_out.len() < USB_OUT_HIGH;
         let wire_fd = self.wire.fd();
         let wire_events = if wire_room { libc::POLLIN } else { 0 }
             | if self.wire.wants_write() {

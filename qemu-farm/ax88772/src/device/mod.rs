@@ -144,9 +144,10 @@ impl Device {
         self.nic.take_wire()
     }
 
-    /// Room for frames from the wire (callers stop reading when false).
-    pub fn rx_room(&self) -> bool {
-        self.nic.rx_room()
+    /// Whether the partner may send now (callers stop reading the wire
+    /// when false): see [`Nic::partner_may_send`].
+    pub fn partner_may_send(&self) -> bool {
+        self.nic.partner_may_send()
     }
 
     fn tick(&mut self, now: Instant) {

@@ -35,7 +35,19 @@ pub struct Counters {
     pub rx_dropped_no_link: u64,
     pub rx_dropped_gated: u64,
     pub rx_filtered: u64,
+    /// Frames lost to a full RX queue (flow control off, or frames
+    /// already on their way when XOFF went out).
     pub rx_overflow: u64,
+    /// Frames lost to a full RX queue on a link that negotiated flow
+    /// control while MEDIUM.TFC was off: the MAC would have held them off
+    /// with PAUSE, had the driver programmed the negotiated pause.
+    pub rx_overflow_tfc_off: u64,
+    /// PAUSE frames the MAC sent the partner (XOFF and XON).
+    pub pause_sent: u64,
+    /// PAUSE frames from the partner that held TX (MEDIUM.RFC on).
+    pub pause_honoured: u64,
+    /// PAUSE frames from the partner the MAC dropped (MEDIUM.RFC off).
+    pub pause_ignored: u64,
     pub rx_too_big_for_request: u64,
     pub impair_dropped: u64,
     pub impair_corrupted: u64,
@@ -104,6 +116,7 @@ impl NicEvents for Stats {
             Drop::RxGated => &mut c.rx_dropped_gated,
             Drop::RxFiltered => &mut c.rx_filtered,
             Drop::RxOverflow => &mut c.rx_overflow,
+            Drop::RxOverflowTfcOff => &mut c.rx_overflow_tfc_off,
             Drop::RxTooBigForRequest => &mut c.rx_too_big_for_request,
             Drop::Impaired => &mut c.impair_dropped,
             Drop::RxCrc => &mut c.rx_crc_errors,
@@ -117,6 +130,14 @@ impl NicEvents for Stats {
     }
     fn collision(&mut self) {
         self.counters.duplex_collisions += 1;
+    }
+    fn pause(&mut self, sent: bool, honoured: bool) {
+        let c = &mut self.counters;
+        *match (sent, honoured) {
+            (true, _) => &mut c.pause_sent,
+            (false, true) => &mut c.pause_honoured,
+            (false, false) => &mut c.pause_ignored,
+        } += 1;
     }
     fn warn(&mut self, msg: std::fmt::Arguments<'_>) {
         log_w!("{msg}");

@@ -117,7 +117,7 @@ fn the_wire_waits_while_qemu_does_not_read() {
     let mut peer = UnixStream::connect(&path).unwrap();
     // The wire takes its peer while there is room.
     s.step().unwrap();
-    assert!(s.dev.rx_room());
+    assert!(s.dev.partner_may_send());
     // QEMU stops reading, and output piles up past the high-water mark.
     s.usb_out.resize(4 * USB_OUT_HIGH, 0);
     // A frame arrives, and the peer hangs up (the socket polls as

@@ -123,7 +123,7 @@ impl Server {
 
     pub(super) fn read_wire(&mut self) {
         for _ in 0..256 {
-            if !self.dev.rx_room() {
+            if !self.dev.partner_may_send() {
                 break;
             }
             match self.wire.recv() {

@@ -2,6 +2,7 @@
 //! split across them, the RX gate and filter, and the RX queue's room.
 
 use super::*;
+use crate::nic;
 
 #[test]
 fn wire_frames_batch_into_one_bulk_in() {
@@ -142,8 +143,9 @@ fn bulk_in_is_capped_at_2048_bytes() {
     assert_eq!(bulk_reply(&out[0]).data.len(), 4 + 1000);
 }
 
-#[test]
-fn rx_room_follows_the_rx_queue_bound() {
+/// A device up at 100/Full whose RX queue holds two frames, with MEDIUM
+/// as given (0x0336 has TFC and RFC; 0x0306 has neither).
+fn two_frame_queue(medium: u16) -> T {
     let t0 = Instant::now();
     let mut cfg = DeviceConfig::new(Variant::Ax88772a, MAC);
     cfg.paced = false;
@@ -156,16 +158,124 @@ fn rx_room_follows_the_rx_queue_bound() {
     t.send(0, hello().msg);
     t.send(1, Message::SetConfiguration { configuration: 1 });
     t.send(2, ctrl(0x40, cmd::WRITE_RX_CTL, 0x0088, 0, 0, vec![]));
-    t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0336, 0, 0, vec![]));
-    assert!(t.d.rx_room());
-    t.d.wire_frame(t0, frame(MAC, 60));
-    assert!(t.d.rx_room());
-    t.d.wire_frame(t0, frame(MAC, 60));
-    assert!(!t.d.rx_room(), "two frames fill a two-frame queue");
-    t.d.wire_frame(t0, frame(MAC, 60));
-    assert_eq!(t.d.counters().rx_overflow, 1);
+    t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, medium, 0, 0, vec![]));
+    // Advertise PAUSE (as phylib does) and autonegotiate again.
+    t.send(4, ctrl(0x40, cmd::SET_SW_MII, 0, 0, 0, vec![]));
+    t.send(
+        5,
+        ctrl(0x40, cmd::WRITE_MII_REG, 0x10, 4, 2, vec![0xe1, 0x05]),
+    );
+    t.send(
+        6,
+        ctrl(0x40, cmd::WRITE_MII_REG, 0x10, 0, 2, vec![0x00, 0x12]),
+    );
+    relink(&mut t);
+    let p = t.d.nic.phy.snapshot();
+    assert!(p.pause, "the link negotiated PAUSE: {p:?}");
+    t
+}
+
+/// Let time pass until the link is up again.
+fn relink(t: &mut T) {
+    for ms in 1..=4000 {
+        t.t += Duration::from_millis(1);
+        t.d.poll(t.t);
+        if ms > 10 && t.d.nic.phy.snapshot().link {
+            return;
+        }
+    }
+    panic!("no link: {:?}", t.d.nic.phy.snapshot());
+}
+
+#[test]
+fn with_tfc_a_full_rx_queue_holds_the_partner_with_xoff_until_xon() {
+    let mut t = two_frame_queue(0x0336);
+    assert!(t.d.partner_may_send());
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert!(t.d.partner_may_send());
+    assert!(t.d.take_wire().is_empty());
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert!(!t.d.partner_may_send(), "two frames fill a two-frame queue");
+    let xoff = t.d.take_wire();
+    assert_eq!(xoff.len(), 1, "one XOFF: {xoff:?}");
+    assert_eq!(nic::pause_quanta(&xoff[0]), Some(nic::PAUSE_QUANTA_MAX));
+    assert_eq!(&xoff[0][6..12], &MAC, "from the MAC's own address");
+    // A frame already on its way when XOFF went out is lost, not as the
+    // driver's fault.
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    let c = t.d.counters();
+    assert_eq!((c.rx_overflow, c.rx_overflow_tfc_off), (1, 0));
     t.send(4, bulk_in(2048));
-    assert!(t.d.rx_room());
+    assert!(t.d.partner_may_send());
+    let xon = t.d.take_wire();
+    assert_eq!(xon.len(), 1, "one XON: {xon:?}");
+    assert_eq!(nic::pause_quanta(&xon[0]), Some(0));
+    assert_eq!(t.d.counters().pause_sent, 2);
+}
+
+#[test]
+fn without_tfc_a_negotiated_pause_link_loses_frames_to_a_full_queue_and_counts_them() {
+    let mut t = two_frame_queue(0x0306);
+    for _ in 0..5 {
+        assert!(t.d.partner_may_send(), "nothing holds the partner off");
+        t.d.wire_frame(t.t, frame(MAC, 60));
+    }
+    let c = t.d.counters();
+    assert_eq!(
+        (c.rx_overflow, c.rx_overflow_tfc_off, c.pause_sent),
+        (0, 3, 0)
+    );
+    assert!(t.d.take_wire().is_empty(), "no PAUSE frame went out");
+}
+
+#[test]
+fn without_negotiated_pause_a_full_queue_overflows_but_is_not_the_drivers_fault() {
+    let mut t = two_frame_queue(0x0336);
+    // The partner stops advertising PAUSE; the link renegotiates.
+    ctl(&mut t, r#"{"cmd":"partner","pause":false}"#);
+    relink(&mut t);
+    let p = t.d.nic.phy.snapshot();
+    assert!(p.link && !p.pause, "{p:?}");
+    for _ in 0..4 {
+        assert!(t.d.partner_may_send());
+        t.d.wire_frame(t.t, frame(MAC, 60));
+    }
+    let c = t.d.counters();
+    assert_eq!(
+        (c.rx_overflow, c.rx_overflow_tfc_off, c.pause_sent),
+        (2, 0, 0)
+    );
+}
+
+#[test]
+fn a_pause_from_the_partner_holds_tx_with_rfc_and_is_dropped_without() {
+    for (medium, honoured) in [(0x0336, true), (0x0326, false)] {
+        let mut t = two_frame_queue(medium);
+        t.d.wire_frame(t.t, nic::pause_frame([2, 0, 0, 0, 0, 9], 1000));
+        let c = t.d.counters();
+        assert_eq!(
+            (c.pause_honoured, c.pause_ignored),
+            (u64::from(honoured), u64::from(!honoured))
+        );
+        assert_eq!(
+            c.rx_frames + c.rx_filtered,
+            0,
+            "a PAUSE never reaches the guest"
+        );
+        let f = frame([0xff; 6], 60);
+        t.send(5, bulk_out(framing::tx_transfer(&f)));
+        if !honoured {
+            assert_eq!(t.d.take_wire(), vec![f]);
+            continue;
+        }
+        assert!(t.d.take_wire().is_empty(), "held by the PAUSE");
+        // 1000 quanta of 512 bit times at 100 Mbit/s: 5.12 ms.
+        let due = t.d.poll(t.t).expect("a wake-up when the pause ends");
+        assert_eq!(due - t.t, Duration::from_micros(5120));
+        t.t = due;
+        t.d.poll(t.t);
+        assert_eq!(t.d.take_wire(), vec![f]);
+    }
 }
 
 #[test]
