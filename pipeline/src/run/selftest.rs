@@ -375,7 +375,10 @@ mod tests {
             .filter(|c| runs_alone(c))
             .map(|c| c.name.as_str())
             .collect();
-        assert_eq!(alone, ["slow-throughput", "rx-split-dropped", "no-tx-pause"]);
+        assert_eq!(
+            alone,
+            ["slow-throughput", "rx-split-dropped", "no-tx-pause"]
+        );
     }
 
     #[test]

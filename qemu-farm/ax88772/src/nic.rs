@@ -117,6 +117,9 @@ pub trait NicEvents {
     fn corrupted(&mut self) {}
     /// A frame collided under a duplex mismatch (lost or not).
     fn collision(&mut self) {}
+    /// Two frames crossed on a link whose ends run different duplexes
+    /// (lost or not).
+    fn wire_collision(&mut self) {}
     /// A MAC control PAUSE frame: `sent` by the MAC (XOFF when the RX
     /// queue fills, XON when it has room again), or received from the
     /// partner (`honoured` with MEDIUM.RFC, else dropped).
@@ -348,14 +351,35 @@ impl Nic {
             && self.phy.full_duplex().is_some_and(|full| full != mac_full)
     }
 
-    /// A frame meets one coming the other way under a duplex mismatch:
-    /// true when it is lost.
-    fn collides(&mut self, busy_until: Instant, start: Instant, ev: &mut dyn NicEvents) -> bool {
-        if !self.duplex_mismatched() || start >= busy_until {
+    /// A frame starting at `start` meets one coming the other way that
+    /// occupies the wire until `busy_until` (`ours`: the starting frame is
+    /// ours). Under a MAC/PHY duplex mismatch they collide either way. On
+    /// a link whose ends run different duplexes, the full-duplex end sends
+    /// into the half-duplex end's frame: a late collision there, an FCS
+    /// error at the other end (the half-duplex end defers to a frame it
+    /// hears first). True when the frame is lost.
+    fn collides(
+        &mut self,
+        busy_until: Instant,
+        start: Instant,
+        ours: bool,
+        ev: &mut dyn NicEvents,
+    ) -> bool {
+        if start >= busy_until {
             return false;
         }
-        ev.collision();
-        if self.duplex_mismatch == DuplexMismatch::Lose {
+        let mac = self.duplex_mismatched();
+        let wire = match (self.phy.full_duplex(), self.phy.partner_full_duplex()) {
+            (Some(phy), Some(partner)) => phy != partner && phy == ours,
+            _ => false,
+        };
+        if mac {
+            ev.collision();
+        }
+        if wire {
+            ev.wire_collision();
+        }
+        if (mac || wire) && self.duplex_mismatch == DuplexMismatch::Lose {
             ev.dropped(Drop::Collision, 1);
             return true;
         }
@@ -446,7 +470,7 @@ impl Nic {
             (start, start)
         };
         self.tx_busy_until = self.tx_busy_until.max(start + wt);
-        if self.collides(self.rx_busy_until, start, ev) {
+        if self.collides(self.rx_busy_until, start, true, ev) {
             return Some(depart);
         }
         match self.impair.apply(true, &mut frame) {
@@ -500,7 +524,7 @@ impl Nic {
         }
         let start = self.now.max(self.rx_busy_until);
         self.rx_busy_until = start + framing::wire_time(frame.len(), self.wire_rate());
-        if self.collides(self.tx_busy_until, start, ev) {
+        if self.collides(self.tx_busy_until, start, false, ev) {
             return;
         }
         match self.impair.apply(false, &mut frame) {

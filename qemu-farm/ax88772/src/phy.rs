@@ -89,6 +89,9 @@ pub struct PhySnapshot {
     pub link: bool,
     pub speed: Option<u16>,
     pub full_duplex: Option<bool>,
+    /// The partner's duplex while the link is up (it differs from
+    /// `full_duplex` on a mismatched link).
+    pub partner_full_duplex: Option<bool>,
     pub pause: bool,
     pub autoneg_complete: bool,
     pub bmcr: u16,
@@ -451,6 +454,22 @@ impl Phy {
         }
     }
 
+    /// The duplex the link partner runs at, while the link is up: the
+    /// negotiated one when both ends autonegotiated, half duplex when it
+    /// autonegotiates against a forced PHY (parallel detection), and its
+    /// own best mode's when it is forced itself.
+    pub fn partner_full_duplex(&self) -> Option<bool> {
+        let ours = self.full_duplex()?;
+        if self.loopback() {
+            return None;
+        }
+        let p = &self.link.partner;
+        if !p.autoneg {
+            return p.best().map(|m| m.full_duplex());
+        }
+        Some(self.link.last.an_complete && ours)
+    }
+
     /// BMCR.ISOLATE: the PHY keeps its link but passes no data to or
     /// from the MAC.
     pub fn isolated(&self) -> bool {
@@ -523,6 +542,7 @@ impl Phy {
             speed: self.link.last.mode.map(|m| m.speed()),
             full_duplex: self.link.last.mode.map(|m| m.full_duplex()),
             pause: self.link.last.pause,
+            partner_full_duplex: self.partner_full_duplex(),
             autoneg_complete: self.link.last.an_complete,
             bmcr: self.bmcr_value(),
             bmsr: self.bmsr_value(),

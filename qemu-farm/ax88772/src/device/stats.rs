@@ -58,7 +58,12 @@ pub struct Counters {
     /// Frames that met one coming the other way while the MAC's duplex
     /// (MEDIUM.FD) disagreed with the link's.
     pub duplex_collisions: u64,
-    /// Of those, frames lost (`--duplex-mismatch lose`).
+    /// Frames that crossed while the PHY and the link partner ran
+    /// different duplexes: the full-duplex end sent into the half-duplex
+    /// end's frame (a late collision there, an FCS error at the other).
+    pub wire_duplex_collisions: u64,
+    /// Of those and of `duplex_collisions`, frames lost
+    /// (`--duplex-mismatch lose`).
     pub duplex_collision_drops: u64,
     pub bulk_out_transfers: u64,
     pub bulk_in_transfers: u64,
@@ -130,6 +135,9 @@ impl NicEvents for Stats {
     }
     fn collision(&mut self) {
         self.counters.duplex_collisions += 1;
+    }
+    fn wire_collision(&mut self) {
+        self.counters.wire_duplex_collisions += 1;
     }
     fn pause(&mut self, sent: bool, honoured: bool) {
         let c = &mut self.counters;

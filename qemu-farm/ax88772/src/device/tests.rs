@@ -109,6 +109,23 @@ impl T {
     }
 }
 
+/// Take MDIO (SET_SW_MII) and write PHY register `reg`: requests `id`
+/// and `id + 1`.
+fn mdio_write(t: &mut T, id: u64, reg: u16, v: u16) {
+    t.send(id, ctrl(0x40, cmd::SET_SW_MII, 0, 0, 0, vec![]));
+    t.send(
+        id + 1,
+        ctrl(
+            0x40,
+            cmd::WRITE_MII_REG,
+            0x10,
+            reg,
+            2,
+            v.to_le_bytes().to_vec(),
+        ),
+    );
+}
+
 fn bulk_reply(p: &Packet) -> &BulkPacket {
     match &p.msg {
         Message::BulkPacket(b) => b,

@@ -149,20 +149,6 @@ fn partners_limited_to_10_or_half_duplex_negotiate_what_they_can() {
 #[test]
 fn bmcr_isolate_keeps_the_link_and_passes_no_data() {
     let mut t = T::up(false);
-    let mdio_write = |t: &mut T, id, reg, v: u16| {
-        t.send(id, ctrl(0x40, cmd::SET_SW_MII, 0, 0, 0, vec![]));
-        t.send(
-            id + 1,
-            ctrl(
-                0x40,
-                cmd::WRITE_MII_REG,
-                0x10,
-                reg,
-                2,
-                v.to_le_bytes().to_vec(),
-            ),
-        );
-    };
     mdio_write(&mut t, 10, 0, 0x3500);
     assert!(t.d.phy().link_up(), "the link stays");
     t.send(20, bulk_out(framing::tx_transfer(&frame(MAC, 60))));
@@ -177,6 +163,95 @@ fn bmcr_isolate_keeps_the_link_and_passes_no_data() {
     t.d.wire_frame(t.t, frame(MAC, 60));
     assert_eq!(t.d.take_usb().len(), 1, "the waiting bulk IN completes");
     assert_eq!(t.d.counters().tx_frames, 1);
+}
+
+/// Let time pass (1 ms steps, at most 4 s) until the link is up.
+fn until_link_up(t: &mut T) {
+    for _ in 0..4000 {
+        t.t += Duration::from_millis(1);
+        t.d.poll(t.t);
+        if t.d.phy().link_up() {
+            return;
+        }
+    }
+    panic!("no link: {:?}", t.d.phy().snapshot());
+}
+
+#[test]
+fn ends_of_different_duplexes_collide_where_the_full_duplex_end_sends_into_the_other() {
+    let mut t = T::up(false);
+    let ms = Duration::from_millis;
+    // Ours first, then one from the partner; and the other way round.
+    let ours_first = |t: &mut T, id| {
+        let at = t.t;
+        let f = framing::tx_transfer(&frame(MAC, 1000));
+        t.d.handle(at, Packet::new(id, bulk_out(f)));
+        t.d.wire_frame(at, frame(MAC, 1000));
+        t.d.take_usb();
+        t.t += ms(10);
+        t.d.poll(t.t);
+        t.d.counters().wire_duplex_collisions
+    };
+    let theirs_first = |t: &mut T, id| {
+        let at = t.t;
+        t.d.wire_frame(at, frame(MAC, 1000));
+        let f = framing::tx_transfer(&frame(MAC, 1000));
+        t.d.handle(at, Packet::new(id, bulk_out(f)));
+        t.d.take_usb();
+        t.t += ms(10);
+        t.d.poll(t.t);
+        t.d.counters().wire_duplex_collisions
+    };
+    // Both ends autonegotiated 100/full: nothing collides.
+    let p = t.d.phy().snapshot();
+    assert_eq!(
+        (p.full_duplex, p.partner_full_duplex),
+        (Some(true), Some(true))
+    );
+    assert_eq!((ours_first(&mut t, 10), theirs_first(&mut t, 11)), (0, 0));
+    // The PHY forced to 100/full against a partner that autonegotiates:
+    // the partner detects 100 Mbit/s and runs half duplex. Our frame sent
+    // into the partner's is a late collision there; the partner defers to
+    // ours when it hears it first.
+    mdio_write(&mut t, 20, 0, 0x2100);
+    until_link_up(&mut t);
+    let p = t.d.phy().snapshot();
+    assert_eq!(
+        (p.full_duplex, p.partner_full_duplex),
+        (Some(true), Some(false))
+    );
+    assert_eq!(ours_first(&mut t, 30), 0, "the partner deferred");
+    assert_eq!(theirs_first(&mut t, 31), 1);
+    let c = t.d.counters().clone();
+    assert_eq!((c.duplex_collisions, c.duplex_collision_drops), (0, 0));
+    assert_eq!(c.tx_frames, 4, "counted, not lost, by default");
+    // The PHY autonegotiating against a partner forced to 100/full: the PHY
+    // detects 100 Mbit/s at half duplex (and the MAC follows it). Now the
+    // partner's frame sent into ours collides.
+    ctl(
+        &mut t,
+        r#"{"cmd":"partner","autoneg":false,"modes":["100full"]}"#,
+    );
+    mdio_write(&mut t, 40, 0, 0x3200);
+    t.send(42, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0304, 0, 0, vec![]));
+    t.t += ms(20);
+    until_link_up(&mut t);
+    let p = t.d.phy().snapshot();
+    assert_eq!(
+        (p.full_duplex, p.partner_full_duplex),
+        (Some(false), Some(true))
+    );
+    assert_eq!(theirs_first(&mut t, 50), 1, "we deferred");
+    assert_eq!(ours_first(&mut t, 51), 2);
+    // Lost with --duplex-mismatch lose.
+    t.d.set_duplex_mismatch(crate::nic::DuplexMismatch::Lose);
+    assert_eq!(ours_first(&mut t, 52), 3);
+    assert_eq!(t.d.counters().duplex_collision_drops, 1);
+    assert_eq!(
+        t.d.counters().duplex_collisions,
+        0,
+        "the MAC follows the PHY"
+    );
 }
 
 #[test]

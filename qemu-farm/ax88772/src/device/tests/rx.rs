@@ -160,15 +160,8 @@ fn two_frame_queue(medium: u16) -> T {
     t.send(2, ctrl(0x40, cmd::WRITE_RX_CTL, 0x0088, 0, 0, vec![]));
     t.send(3, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, medium, 0, 0, vec![]));
     // Advertise PAUSE (as phylib does) and autonegotiate again.
-    t.send(4, ctrl(0x40, cmd::SET_SW_MII, 0, 0, 0, vec![]));
-    t.send(
-        5,
-        ctrl(0x40, cmd::WRITE_MII_REG, 0x10, 4, 2, vec![0xe1, 0x05]),
-    );
-    t.send(
-        6,
-        ctrl(0x40, cmd::WRITE_MII_REG, 0x10, 0, 2, vec![0x00, 0x12]),
-    );
+    mdio_write(&mut t, 4, 4, 0x05e1);
+    mdio_write(&mut t, 6, 0, 0x1200);
     relink(&mut t);
     let p = t.d.nic.phy.snapshot();
     assert!(p.pause, "the link negotiated PAUSE: {p:?}");
