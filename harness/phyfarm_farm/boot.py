@@ -30,7 +30,9 @@ PCAP_SNAPLEN = 128
 #: The emulator's counters of what a driver that works never causes on a
 #: clean wire (none moved in any check of a passing run of both variants):
 #: TX frames with a malformed header or oversized (tx_errors), frames sent
-#: while the MAC's duplex disagrees with the partner's (duplex_collisions),
+#: while the MAC's duplex disagrees with the PHY's (duplex_collisions) or
+#: crossing while the PHY's disagrees with the partner's
+#: (wire_duplex_collisions),
 #: data sent through an isolated PHY (isolated_dropped), RX frames the
 #: driver's bulk IN request was too small for (rx_too_big_for_request),
 #: transfers on an endpoint the driver left halted (halted_stalls), and
@@ -43,6 +45,7 @@ PCAP_SNAPLEN = 128
 WIRE_FAULTS = (
     "tx_errors",
     "duplex_collisions",
+    "wire_duplex_collisions",
     "isolated_dropped",
     "rx_too_big_for_request",
     "halted_stalls",
