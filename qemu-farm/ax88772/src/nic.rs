@@ -621,6 +621,9 @@ impl Nic {
             ev.dropped(Drop::RxGated, n);
             self.rx_queue.clear();
             self.rx_tail = RxTail::default();
+            // A partner held off by XOFF would otherwise wait for an XON
+            // that no later take ever sends.
+            self.rx_drained(ev);
             return None;
         }
         if !self.rx_ready() {

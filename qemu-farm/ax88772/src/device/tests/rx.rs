@@ -207,6 +207,25 @@ fn with_tfc_a_full_rx_queue_holds_the_partner_with_xoff_until_xon() {
 }
 
 #[test]
+fn a_queue_flushed_by_the_rx_gate_releases_a_partner_held_by_xoff() {
+    let mut t = two_frame_queue(0x0336);
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert!(!t.d.partner_may_send());
+    // phylink's mac_link_down: MEDIUM 0 closes the gate; a waiting bulk IN
+    // finds the queue's frames gone.
+    t.send(10, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0, 0, 0, vec![]));
+    t.send(11, bulk_in(2048));
+    assert_eq!(t.d.counters().rx_dropped_gated, 2);
+    // mac_link_up with flow control again: the partner is not left held
+    // off in front of an empty queue.
+    t.send(12, ctrl(0x40, cmd::WRITE_MEDIUM_MODE, 0x0336, 0, 0, vec![]));
+    assert!(t.d.partner_may_send());
+    t.d.wire_frame(t.t, frame(MAC, 60));
+    assert_eq!(t.d.counters().rx_frames, 1, "the waiting request took it");
+}
+
+#[test]
 fn without_tfc_a_negotiated_pause_link_loses_frames_to_a_full_queue_and_counts_them() {
     let mut t = two_frame_queue(0x0306);
     for _ in 0..5 {
