@@ -174,11 +174,11 @@ def judge_link(farm, phase: Phase) -> None:
 
 @pytest.mark.check("farm.mdio_faults")
 @pytest.mark.needs_ctl
-# A read error injected on LPA leaves phylink's pause (resolved from the
-# partner's page the guest read) apart from what the PHY negotiated until
-# the next link change: the MAC may then run without TFC on a link with
-# PAUSE, and a full RX queue loses the iperf3 traffic's frames. That loss
-# is the injection's, not the driver's.
+# Its injected MDIO errors leave the MAC without TFC on a link that
+# negotiated PAUSE for a while (in every run here, both variants, the base
+# too; most likely the LPA read error, as phylink resolves the pause again
+# only on a link change), and a full RX queue then loses some of the iperf3
+# traffic's frames. That loss is the injection's, not the driver's.
 @pytest.mark.expect_counters("rx_overflow_tfc_off")
 def test_mdio_faults(farm, variant, measure):
     farm.guest.expected_splats.append(phy_error_report)
