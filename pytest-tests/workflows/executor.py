@@ -337,7 +337,9 @@ class Executor:
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            # A hang guard only: the trusted runner's step builds and runs the
+            # whole farm on the base and the revision (10 min on a 2-core TCG host).
+            timeout=1800,
             check=False,
         )
         return p.returncode, p.stdout + p.stderr
