@@ -181,27 +181,24 @@ fn until_link_up(t: &mut T) {
 fn ends_of_different_duplexes_collide_where_the_full_duplex_end_sends_into_the_other() {
     let mut t = T::up(false);
     let ms = Duration::from_millis;
-    // Ours first, then one from the partner; and the other way round.
-    let ours_first = |t: &mut T, id| {
+    // Two frames cross, ours first or the partner's; the collisions so far.
+    let cross = |t: &mut T, id, ours_first: bool| {
         let at = t.t;
         let f = framing::tx_transfer(&frame(MAC, 1000));
+        if !ours_first {
+            t.d.wire_frame(at, frame(MAC, 1000));
+        }
         t.d.handle(at, Packet::new(id, bulk_out(f)));
-        t.d.wire_frame(at, frame(MAC, 1000));
+        if ours_first {
+            t.d.wire_frame(at, frame(MAC, 1000));
+        }
         t.d.take_usb();
         t.t += ms(10);
         t.d.poll(t.t);
         t.d.counters().wire_duplex_collisions
     };
-    let theirs_first = |t: &mut T, id| {
-        let at = t.t;
-        t.d.wire_frame(at, frame(MAC, 1000));
-        let f = framing::tx_transfer(&frame(MAC, 1000));
-        t.d.handle(at, Packet::new(id, bulk_out(f)));
-        t.d.take_usb();
-        t.t += ms(10);
-        t.d.poll(t.t);
-        t.d.counters().wire_duplex_collisions
-    };
+    let ours_first = |t: &mut T, id| cross(t, id, true);
+    let theirs_first = |t: &mut T, id| cross(t, id, false);
     // Both ends autonegotiated 100/full: nothing collides.
     let p = t.d.phy().snapshot();
     assert_eq!(
